@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages train-runtime builds and tests with. Idempotent; needs root.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config git
+  libhwloc-dev hwloc libfmt-dev nlohmann-json3-dev libpugixml-dev libcli11-dev catch2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages (${missing[*]}) and not root; run as root or install them" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

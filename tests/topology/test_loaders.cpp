@@ -1,0 +1,80 @@
+// Bad topology inputs: each one is a trainrt::Error naming the file, never a crash and never a
+// silent fallback to the live machine.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "synthetic_topology.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/topology/load.hpp"
+
+using namespace trainrt::topo;
+
+namespace {
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& text) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("missing, empty and non-regular files are errors naming the path", "[loader]") {
+  std::string dir = trainrt::test::temp_dir("loaders");
+  CHECK_THROWS_WITH(load_file(dir + "/nope.xml"), Catch::Contains("nope.xml") && Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(load_hwloc_xml(dir + "/nope.xml"), Catch::Contains("nope.xml"));
+  CHECK_THROWS_WITH(load_nccl_xml(dir + "/nope.xml"), Catch::Contains("nope.xml"));
+  CHECK_THROWS_WITH(load_file(write_file(dir, "empty.xml", "")), Catch::Contains("empty"));
+  CHECK_THROWS_WITH(load_file(dir), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("unreadable files are errors", "[loader]") {
+  if (::geteuid() == 0) {
+    WARN("SKIPPED: running as root, which reads any file; permission errors cannot be provoked");
+    return;
+  }
+  std::string dir = trainrt::test::temp_dir("unreadable");
+  std::string path = write_file(dir, "locked.xml", "<topology/>");
+  std::filesystem::permissions(path, std::filesystem::perms::none);
+  CHECK_THROWS_WITH(load_file(path), Catch::Contains("locked.xml"));
+}
+
+TEST_CASE("malformed and foreign XML are rejected with the reason", "[loader]") {
+  std::string dir = trainrt::test::temp_dir("malformed");
+  CHECK_THROWS_WITH(load_file(write_file(dir, "cut.xml", "<topology version=\"2.0\"><object type=\"Machine\"")),
+                    Catch::Contains("cut.xml") && Catch::Contains("malformed XML"));
+  CHECK_THROWS_WITH(load_file(write_file(dir, "html.xml", "<html><body/></html>")),
+                    Catch::Contains("neither an hwloc"));
+  CHECK_THROWS_WITH(load_hwloc_xml(write_file(dir, "bad-hwloc.xml", "<topology><object type=\"Bogus\"/></topology>")),
+                    Catch::Contains("bad-hwloc.xml"));
+  CHECK_THROWS_WITH(load_nccl_xml(write_file(dir, "nocpu.xml", "<system version=\"1\"></system>")),
+                    Catch::Contains("no <cpu>"));
+  CHECK_THROWS_WITH(load_nccl_xml(write_file(dir, "aff.xml", "<system version=\"1\"><cpu numaid=\"0\" affinity=\"zz\"/></system>")),
+                    Catch::Contains("affinity"));
+  CHECK_THROWS_WITH(load_nccl_xml(write_file(dir, "numa.xml", "<system version=\"1\"><cpu numaid=\"x\" affinity=\"ff\"/></system>")),
+                    Catch::Contains("numaid"));
+  CHECK_THROWS_WITH(load_nccl_xml(write_file(dir, "hwloc-as-nccl.xml", "<topology/>")), Catch::Contains("no <system>"));
+  CHECK_THROWS_WITH(
+      load_nccl_xml(write_file(dir, "busid.xml",
+                               "<system version=\"1\"><cpu numaid=\"0\" affinity=\"ff\"><pci busid=\"zz\" class=\"0x030200\"/></cpu></system>")),
+      Catch::Contains("busid"));
+}
+
+TEST_CASE("a node without GPUs loads; it is the caller who decides whether that is an error", "[loader]") {
+  trainrt::test::SynthNode n;
+  n.packages = {{{{2, {}}}}};
+  Node node = load_hwloc_xml(trainrt::test::write_hwloc_xml(n, "no-gpus"));
+  CHECK(node.gpus.empty());
+  CHECK(node.cores.size() == 2);
+  CHECK(node.hostname == "synth");
+}
+
+TEST_CASE("the live machine loads", "[loader]") {
+  Node node = load_live();
+  CHECK(node.source == "live");
+  CHECK_FALSE(node.cores.empty());
+  CHECK(node.all_cpus.count() >= node.cores.size());
+}

@@ -1,0 +1,45 @@
+#pragma once
+// GPU -> NIC pairing from the PCIe tree. A rail is a NIC (or set of NICs) that a GPU reaches
+// without crossing the CPU; rail ids follow GPU PCI order, so identical boxes whose NICs are named
+// differently get the same rails.
+#include <string>
+#include <vector>
+
+#include "trainrt/topology/node.hpp"
+
+namespace trainrt::topo {
+
+// NCCL's path classes, nearest first. PIX: one PCIe switch; PXB: several switches without the
+// host bridge; PHB: through the host bridge; NODE: between host bridges of one NUMA node;
+// SYS: across NUMA nodes.
+enum class PathClass { PIX, PXB, PHB, NODE, SYS };
+const char* to_string(PathClass path);
+
+// Class of the path between two PCI vertices of `node` (indexes into node.pci).
+PathClass path_class(const Node& node, int pci_a, int pci_b);
+
+struct RailOptions {
+  // When non-empty, exactly these NICs (OpenFabrics name, netdev name or PCI bus id) are rail
+  // candidates, whatever their type. An entry that matches no NIC is an error.
+  std::vector<std::string> nic_include;
+};
+
+struct GpuRail {
+  unsigned gpu = 0;
+  std::vector<unsigned> nics;  // indexes into Node::nics, PCI order
+  PathClass path = PathClass::SYS;
+  bool on_switch = false;      // true when the NICs share a PCIe switch with the GPU (PIX/PXB)
+  std::string note;            // why the pairing is not local, when it is not
+};
+
+struct RailMap {
+  std::vector<GpuRail> gpus;                    // one per GPU, PCI order
+  std::vector<int> rail_of_nic;                 // per Node::nics index; -1 when not a rail
+  std::vector<std::vector<PathClass>> matrix;   // [gpu][nic]
+  std::vector<std::string> excluded;            // NICs that are not rails, with the reason
+  unsigned rail_count = 0;
+};
+
+RailMap pair_rails(const Node& node, const RailOptions& options = {});
+
+}  // namespace trainrt::topo

@@ -1,0 +1,15 @@
+#pragma once
+// Human and machine renderings of a node and its placement (trainrt-topo, the plugin's `show`).
+#include <string>
+
+#include "trainrt/topology/placement.hpp"
+
+namespace trainrt::topo {
+
+std::string render_table(const Node& node, const Placement& placement);
+// Stable schema "trainrt-topo/1", documented in docs/topology.md.
+std::string render_json(const Node& node, const Placement& placement);
+// One block of `export NAME=value` lines per rank, shell-quoted.
+std::string render_env_script(const Node& node, const Placement& placement);
+
+}  // namespace trainrt::topo

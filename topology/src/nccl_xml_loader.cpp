@@ -1,0 +1,153 @@
+// Reads the NCCL_TOPO_FILE format cloud vendors publish: <system><cpu numaid affinity><pci ...>.
+// Such files are partial: no cores, no memory sizes, often no vendor ids or NIC names. What they
+// do not say stays empty in the Node rather than being guessed.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <pugixml.hpp>
+
+#include "file_checks.hpp"
+#include "node_builder.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/topology/load.hpp"
+
+namespace trainrt::topo {
+namespace {
+
+std::uint32_t hex_attr(const pugi::xml_node& n, const char* name) {
+  const char* v = n.attribute(name).value();
+  return v && *v ? static_cast<std::uint32_t>(std::strtoul(v, nullptr, 16)) : 0;
+}
+
+// NCCL writes the 24-bit class code (0x030200); the model keeps base class and subclass.
+std::uint16_t class_of(const pugi::xml_node& pci) {
+  std::uint32_t c = hex_attr(pci, "class");
+  return static_cast<std::uint16_t>(c > 0xffff ? c >> 8 : c);
+}
+
+struct Walker {
+  Node& node;
+  const std::string& path;
+  unsigned numa;
+  CpuSet cpus;
+
+  void add_pci(const pugi::xml_node& el, int parent) {
+    PciNode p;
+    p.parent = parent;
+    p.busid = normalize_busid(el.attribute("busid").value());
+    if (p.busid.empty())
+      throw Error(fmt::format("<pci> element with bad busid '{}'", el.attribute("busid").value()), path);
+    p.vendor = static_cast<std::uint16_t>(hex_attr(el, "vendor"));
+    p.device = static_cast<std::uint16_t>(hex_attr(el, "device"));
+    p.class_id = class_of(el);
+    bool has_pci_children = !el.child("pci").empty();
+    p.kind = (has_pci_children || p.class_id == 0x0604) ? PciKind::Bridge : PciKind::Device;
+    p.numa = {numa};
+    const int idx = static_cast<int>(node.pci.size());
+    node.pci.push_back(p);
+
+    if (p.kind == PciKind::Device) {
+      bool vendor_ok = p.vendor == 0 || p.vendor == 0xffff || is_gpu_pci(p.vendor, p.class_id);
+      if ((p.class_id >> 8) == 0x03 && vendor_ok) {
+        Gpu g;
+        g.busid = p.busid;
+        g.vendor = p.vendor;
+        g.device = p.device;
+        g.pci = idx;
+        g.numa = {numa};
+        g.local_cpus = cpus;
+        node.gpus.push_back(std::move(g));
+      } else if (is_network_pci(p.class_id)) {
+        add_nic(el, p, idx);
+      }
+    }
+    for (auto child : el.children("pci")) add_pci(child, idx);
+  }
+
+  void add_nic(const pugi::xml_node& el, const PciNode& p, int idx) {
+    Nic n;
+    n.busid = p.busid;
+    n.vendor = p.vendor;
+    n.device = p.device;
+    n.class_id = p.class_id;
+    n.pci = idx;
+    n.numa = {numa};
+    n.local_cpus = cpus;
+    n.rdma = true;  // a vendor lists a NIC in an NCCL topology file because NCCL is to use it
+    n.link = p.class_id == 0x0207 ? LinkLayer::InfiniBand
+             : p.vendor == 0x1d0f ? LinkLayer::Efa
+             : p.class_id == 0x0200 ? LinkLayer::Ethernet
+                                    : LinkLayer::Unknown;
+    // NCCL's own dumps name the device and its ports: <nic><net name="mlx5_0" port="1"/></nic>.
+    for (auto net : el.child("nic").children("net")) {
+      if (n.rdma_name.empty()) n.rdma_name = net.attribute("name").value();
+      unsigned port = net.attribute("port").as_uint(1);
+      n.ports.push_back({port, -1});
+    }
+    node.nics.push_back(std::move(n));
+  }
+};
+
+}  // namespace
+
+Node load_nccl_xml(const std::string& path) {
+  std::string text = read_whole_file(path);
+  pugi::xml_document doc;
+  pugi::xml_parse_result parsed = doc.load_buffer(text.data(), text.size());
+  if (!parsed)
+    throw Error(fmt::format("malformed XML at byte {}: {}", parsed.offset, parsed.description()), path);
+  pugi::xml_node system = doc.child("system");
+  if (!system) throw Error("not an NCCL topology file (no <system> root element)", path);
+
+  Node node;
+  node.source = "nccl-xml:" + path;
+  node.cores_are_pus = true;
+  for (auto cpu : system.children("cpu")) {
+    const char* numaid = cpu.attribute("numaid").value();
+    char* end = nullptr;
+    long numa = std::strtol(numaid, &end, 10);
+    if (!*numaid || *end || numa < 0) throw Error(fmt::format("<cpu> with bad numaid '{}'", numaid), path);
+    if (node.numa_by_os(static_cast<unsigned>(numa)))
+      throw Error(fmt::format("two <cpu> elements claim numaid {}", numa), path);
+    CpuSet cpus;
+    try {
+      cpus = CpuSet::parse_hex_mask(cpu.attribute("affinity").value());
+    } catch (const Error& e) {
+      throw Error(fmt::format("<cpu numaid=\"{}\"> affinity: {}", numa, e.what()), path);
+    }
+    NumaNode n;
+    n.os_index = static_cast<unsigned>(numa);
+    n.cpus = cpus;
+    node.numa_nodes.push_back(n);
+    for (unsigned pu : cpus.members()) {
+      Core c;
+      c.os_index = pu;
+      c.pus.set(pu);
+      node.cores.push_back(c);
+    }
+    // Each <cpu> acts as the host bridge of the PCI devices below it.
+    PciNode host;
+    host.kind = PciKind::HostBridge;
+    host.numa = {n.os_index};
+    const int host_idx = static_cast<int>(node.pci.size());
+    node.pci.push_back(host);
+    Walker w{node, path, n.os_index, cpus};
+    for (auto pci : cpu.children("pci")) w.add_pci(pci, host_idx);
+  }
+  if (node.numa_nodes.empty()) throw Error("the NCCL topology has no <cpu> elements", path);
+  finalize_node(node);
+  return node;
+}
+
+Node load_file(const std::string& path) {
+  std::string text = read_whole_file(path);
+  pugi::xml_document doc;
+  pugi::xml_parse_result parsed = doc.load_buffer(text.data(), text.size());
+  if (!parsed)
+    throw Error(fmt::format("malformed XML at byte {}: {}", parsed.offset, parsed.description()), path);
+  if (doc.child("system")) return load_nccl_xml(path);
+  if (doc.child("topology")) return load_hwloc_xml(path);
+  throw Error("neither an hwloc topology (<topology>) nor an NCCL topology (<system>)", path);
+}
+
+}  // namespace trainrt::topo

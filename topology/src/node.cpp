@@ -1,0 +1,80 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "node_builder.hpp"
+#include "trainrt/topology/node.hpp"
+
+namespace trainrt::topo {
+
+const NumaNode* Node::numa_by_os(unsigned os_index) const {
+  for (const auto& n : numa_nodes)
+    if (n.os_index == os_index) return &n;
+  return nullptr;
+}
+
+const char* to_string(LinkLayer link) {
+  switch (link) {
+    case LinkLayer::InfiniBand: return "InfiniBand";
+    case LinkLayer::Ethernet: return "Ethernet";
+    case LinkLayer::Efa: return "EFA";
+    case LinkLayer::Unknown: break;
+  }
+  return "unknown";
+}
+
+const char* to_string(PciKind kind) {
+  switch (kind) {
+    case PciKind::HostBridge: return "host-bridge";
+    case PciKind::Bridge: return "bridge";
+    case PciKind::Device: break;
+  }
+  return "device";
+}
+
+std::string format_busid(unsigned domain, unsigned bus, unsigned dev, unsigned func) {
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", domain, bus, dev, func);
+}
+
+std::string normalize_busid(const std::string& text) {
+  unsigned domain = 0, bus = 0, dev = 0, func = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &dev, &func, &tail) == 4)
+    return format_busid(domain, bus, dev, func);
+  if (std::sscanf(text.c_str(), "%x:%x.%x%c", &bus, &dev, &func, &tail) == 3)
+    return format_busid(0, bus, dev, func);
+  return {};
+}
+
+bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id) {
+  // Display/3D controllers from NVIDIA or AMD; an ASPEED BMC VGA is not a GPU for training.
+  return (class_id >> 8) == 0x03 && (vendor == 0x10de || vendor == 0x1002);
+}
+
+bool is_network_pci(std::uint16_t class_id) { return (class_id >> 8) == 0x02; }
+
+void finalize_node(Node& node) {
+  std::sort(node.numa_nodes.begin(), node.numa_nodes.end(),
+            [](const NumaNode& a, const NumaNode& b) { return a.os_index < b.os_index; });
+  std::sort(node.packages.begin(), node.packages.end(),
+            [](const Package& a, const Package& b) { return a.os_index < b.os_index; });
+  std::sort(node.cores.begin(), node.cores.end(),
+            [](const Core& a, const Core& b) { return a.pus.first() < b.pus.first(); });
+  std::sort(node.gpus.begin(), node.gpus.end(), [](const Gpu& a, const Gpu& b) { return a.busid < b.busid; });
+  std::sort(node.nics.begin(), node.nics.end(), [](const Nic& a, const Nic& b) { return a.busid < b.busid; });
+  for (unsigned i = 0; i < node.gpus.size(); ++i) node.gpus[i].index = i;
+  for (unsigned i = 0; i < node.nics.size(); ++i) node.nics[i].index = i;
+  for (auto& core : node.cores) {
+    for (const auto& numa : node.numa_nodes)
+      if (core.pus.intersects(numa.cpus)) {
+        core.numa = static_cast<int>(numa.os_index);
+        break;
+      }
+  }
+  if (node.all_cpus.empty())
+    for (const auto& core : node.cores) node.all_cpus |= core.pus;
+}
+
+}  // namespace trainrt::topo
