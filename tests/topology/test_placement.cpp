@@ -179,6 +179,7 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
   std::vector<EnvVar> expected = {
       {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
       {"CUDA_VISIBLE_DEVICES", "2"},
+      {"TRAINRT_CUDA_DEVICE", "0"},
       {"NCCL_IB_HCA", "=mlx5_2:1"},
       {"UCX_NET_DEVICES", "mlx5_2:1"},
       {"OMP_NUM_THREADS", "4"},
@@ -192,6 +193,26 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
       {"TRAINRT_BIND", "1"},
   };
   CHECK(render_env(node, p, p.tasks[2]) == expected);
+
+  EnvOptions all;
+  all.visible_all = true;
+  all.cuda_ids = {"a", "b", "c", "d"};
+  all.bound = false;
+  all.step = StepIdentity{13, 32, 4, 3, 8, "node07", 20123, 77, 2};
+  auto env_all = render_env(node, p, p.tasks[2], all);
+  auto has = [](const std::vector<EnvVar>& e, const char* name, const char* value) {
+    return std::find(e.begin(), e.end(), EnvVar{name, value}) != e.end();
+  };
+  CHECK(has(env_all, "CUDA_VISIBLE_DEVICES", "a,b,c,d"));
+  CHECK(has(env_all, "TRAINRT_CUDA_DEVICE", "2"));
+  CHECK(has(env_all, "TRAINRT_BIND", "0"));
+  CHECK(has(env_all, "RANK", "13"));
+  CHECK(has(env_all, "LOCAL_RANK", "2"));
+  CHECK(has(env_all, "WORLD_SIZE", "32"));
+  CHECK(has(env_all, "LOCAL_WORLD_SIZE", "4"));
+  CHECK(has(env_all, "MASTER_ADDR", "node07"));
+  CHECK(has(env_all, "MASTER_PORT", "20123"));
+  CHECK(has(env_all, "TRAINRT_NNODES", "8"));
 
   Placement none = place(node, tasks(1, Policy::None));
   auto env = render_env(node, none, none.tasks[0]);

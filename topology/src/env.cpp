@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace trainrt::topo {
 
 std::string nic_port_list(const Node& node, const TaskPlacement& task) {
@@ -18,7 +20,16 @@ std::string nic_port_list(const Node& node, const TaskPlacement& task) {
   return fmt::format("{}", fmt::join(items, ","));
 }
 
-std::vector<EnvVar> render_env(const Node& node, const Placement& placement, const TaskPlacement& task) {
+namespace {
+
+std::string cuda_id(const EnvOptions& options, unsigned gpu) {
+  return gpu < options.cuda_ids.size() ? options.cuda_ids[gpu] : fmt::format("{}", gpu);
+}
+
+}  // namespace
+
+std::vector<EnvVar> render_env(const Node& node, const Placement& placement, const TaskPlacement& task,
+                               const EnvOptions& options) {
   std::vector<EnvVar> env;
   std::vector<std::string> busids, nics, rails;
   for (unsigned g : task.gpus) busids.push_back(node.gpus[g].busid);
@@ -31,7 +42,17 @@ std::vector<EnvVar> render_env(const Node& node, const Placement& placement, con
   if (!task.gpus.empty()) {
     // Our GPU indexes are PCI bus order; CUDA numbers devices that way only when told to.
     env.push_back({"CUDA_DEVICE_ORDER", "PCI_BUS_ID"});
-    env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(task.gpus, ","))});
+    std::vector<std::string> visible;
+    std::size_t own = 0;
+    if (options.visible_all) {
+      for (unsigned g : placement.allowed_gpus) visible.push_back(cuda_id(options, g));
+      auto it = std::find(placement.allowed_gpus.begin(), placement.allowed_gpus.end(), task.gpus.front());
+      own = static_cast<std::size_t>(it - placement.allowed_gpus.begin());
+    } else {
+      for (unsigned g : task.gpus) visible.push_back(cuda_id(options, g));
+    }
+    env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(visible, ","))});
+    env.push_back({"TRAINRT_CUDA_DEVICE", fmt::format("{}", own)});
   }
   if (std::string ports = nic_port_list(node, task); !ports.empty()) {
     bool efa = false;
@@ -50,7 +71,21 @@ std::vector<EnvVar> render_env(const Node& node, const Placement& placement, con
   env.push_back({"TRAINRT_RAILS", fmt::format("{}", fmt::join(rails, ","))});
   env.push_back({"TRAINRT_CPUS", task.cpus.to_list()});
   env.push_back({"TRAINRT_MEMS", fmt::format("{}", fmt::join(task.mems, ","))});
-  env.push_back({"TRAINRT_BIND", task.bind ? "1" : "0"});
+  env.push_back({"TRAINRT_BIND", task.bind && options.bound ? "1" : "0"});
+  if (const auto& s = options.step) {
+    // What torch.distributed's env:// rendezvous and most launchers read.
+    env.push_back({"RANK", fmt::format("{}", s->rank)});
+    env.push_back({"LOCAL_RANK", fmt::format("{}", task.local_rank)});
+    env.push_back({"WORLD_SIZE", fmt::format("{}", s->world_size)});
+    env.push_back({"LOCAL_WORLD_SIZE", fmt::format("{}", s->local_world_size)});
+    env.push_back({"GROUP_RANK", fmt::format("{}", s->node_id)});
+    env.push_back({"MASTER_ADDR", s->master_addr});
+    env.push_back({"MASTER_PORT", fmt::format("{}", s->master_port)});
+    env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s->node_id)});
+    env.push_back({"TRAINRT_NNODES", fmt::format("{}", s->nnodes)});
+    env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s->job_id)});
+    env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s->step_id)});
+  }
   return env;
 }
 

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Integration tests against a real local Slurm cluster (munge + slurmctld + slurmd) with the
+# plugin loaded. Usage: slurm_integration.sh BUILD_DIR SHARED_TOPOLOGIES_DIR
+# Exit 77 (CTest: skipped) when not root, since the daemons must run as root.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+shared=$(cd "$2" 2>/dev/null && pwd || echo "$2")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+topo=$build/topology/trainrt-topo
+if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
+
+export TRAINRT_CLUSTER_DIR=/tmp/trainrt-test-cluster-$$
+export TRAINRT_SLURMCTLD_PORT=6917 TRAINRT_SLURMD_PORT=6918
+export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
+work=$(mktemp -d)
+cd "$work" || exit 1
+trap 'bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+passed=0 failed=0
+pass() { echo "ok: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); }
+task_env='env | grep -E "^(CUDA_|NCCL_IB_HCA|UCX_NET|OMP_NUM|TRAINRT_|RANK=|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD|MASTER_|GROUP_RANK)" | sort | sed "s/^/R$SLURM_PROCID /"'
+
+# ---------------------------------------------------------------- a real GPU server's topology
+ndv5=$shared/nccl-azure-ndv5-8xH100-8xNDR.xml
+turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
+if [[ -f $ndv5 ]]; then
+  bash "$cluster" start --mode xml --xml "$ndv5" >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
+
+  out=$(srun -n 8 -c 12 --gpus-per-task=1 --train-runtime bash -c "$task_env" 2>&1)
+  want=$("$topo" --nccl-xml "$ndv5" --tasks 8 --format json)
+  if python3 - "$out" "$want" <<'PY'; then pass "8 tasks on the 8-GPU ndv5 node: each task's environment equals trainrt-topo's placement"; else fail "8 tasks env == trainrt-topo" "$out"; fi
+import json, sys
+got = {}
+for line in sys.argv[1].splitlines():
+    rank, kv = line.split(" ", 1)
+    k, v = kv.split("=", 1)
+    got.setdefault(int(rank[1:]), {})[k] = v
+want = json.loads(sys.argv[2])["ranks"]
+ok = len(got) == 8
+for r in want:
+    g = got.get(r["local_rank"], {})
+    for k, v in r["env"].items():
+        expect = "0" if k == "TRAINRT_BIND" else v   # a cached XML of another box is never bound
+        if g.get(k) != expect:
+            print(f"rank {r['local_rank']}: {k}={g.get(k)!r}, trainrt-topo says {expect!r}"); ok = False
+    for k, v in {"RANK": str(r["local_rank"]), "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}.items():
+        if g.get(k) != v: print(f"rank {r['local_rank']}: {k}={g.get(k)!r}, want {v}"); ok = False
+    if not g.get("MASTER_ADDR") or not g.get("MASTER_PORT"): print("no MASTER_*"); ok = False
+sys.exit(0 if ok else 1)
+PY
+
+  out=$(srun -n 16 -c 6 --gres=gpu:8 --train-runtime=tasks-per-gpu=2,gpus=visible-all bash -c "$task_env" 2>&1)
+  if grep -q "^R3 CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7$" <<<"$out" && grep -q "^R3 TRAINRT_CUDA_DEVICE=1$" <<<"$out" &&
+     grep -q "^R15 TRAINRT_CUDA_DEVICE=7$" <<<"$out"; then
+    pass "tasks-per-gpu=2 with gpus=visible-all: every GPU visible, TRAINRT_CUDA_DEVICE = own"
+  else fail "tasks-per-gpu/visible-all" "$(grep -E 'CUDA' <<<"$out" | head -8)"; fi
+
+  out=$(srun -n 2 -c 12 --gpus-per-task=1 --train-runtime=show true 2>&1)
+  if grep -q "policy rail" <<<"$out" && grep -q "0101:00:00.0 (PIX)" <<<"$out"; then pass "show prints the node's placement table at launch"
+  else fail "show" "$out"; fi
+
+  out=$(srun -n 9 -c 1 --gres=gpu:8 --train-runtime bash -c 'echo RAN' 2>&1); rc=$?
+  if [[ $rc -ne 0 ]] && grep -q "need 9 GPUs" <<<"$out" && ! grep -q RAN <<<"$out"; then
+    pass "9 tasks on 8 GPUs fails the step with the numbers"
+  else fail "9 tasks on 8 GPUs (rc=$rc)" "$out"; fi
+  bash "$cluster" stop >/dev/null 2>&1
+else
+  echo "SKIPPED: $ndv5 is absent; real-topology Slurm tests did not run"
+fi
+
+# ---------------------------------------------------------------- this machine, live hwloc
+bash "$cluster" start --mode live >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
+ncpu=$(nproc)
+
+out=$(srun -n 2 --train-runtime=policy=numa bash -c 'echo "$SLURM_PROCID $TRAINRT_CPUS $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1)
+if [[ $(wc -l <<<"$out") -eq 2 ]] && awk '$2 != $3 {bad=1} END {exit bad}' <<<"$out" &&
+   [[ $(awk '{print $3}' <<<"$out" | sort -u | wc -l) -eq 2 || $ncpu -lt 2 ]]; then
+  pass "live topology: tasks are really pinned (Cpus_allowed_list == TRAINRT_CPUS, distinct)"
+else fail "live pinning" "$out"; fi
+
+out=$(srun -n 1 --train-runtime=policy=numa,bind=off bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2; echo $TRAINRT_BIND' 2>&1)
+if [[ $(head -1 <<<"$out") == "0-$((ncpu - 1))" && $(tail -1 <<<"$out") == 0 ]]; then pass "bind=off exports but does not bind"
+else fail "bind=off" "$out"; fi
+
+bad_options=("policy=bogus" "tasks-per-gpu=0" "tasks-per-gpu=x" "colour=blue" "show=1" "policy=rail,policy=numa"
+             "show,,bind=on" "bind=" "$(printf 'p%.0s' $(seq 1 1100))")
+bad_ok=0
+for opt in "${bad_options[@]}"; do
+  out=$(srun -n 1 --train-runtime="$opt" bash -c 'echo RAN' 2>&1); rc=$?
+  if [[ $rc -ne 0 ]] && grep -q -- "--train-runtime: .*; valid:" <<<"$out" && ! grep -q RAN <<<"$out"; then
+    bad_ok=$((bad_ok + 1))
+  else fail "bad option '${opt:0:40}' (rc=$rc)" "$out"; fi
+done
+[[ $bad_ok -eq ${#bad_options[@]} ]] && pass "${#bad_options[@]} malformed options rejected by srun before launch with a message"
+
+out=$(TRAINRT_OPTS=policy=fast srun -n 1 --train-runtime bash -c 'echo RAN' 2>&1); rc=$?
+if [[ $rc -ne 0 ]] && grep -q "TRAINRT_OPTS" <<<"$out" && ! grep -q RAN <<<"$out"; then pass "a bad TRAINRT_OPTS is rejected before launch"
+else fail "bad TRAINRT_OPTS" "$out"; fi
+
+out=$(TRAINRT_OPTS=policy=numa srun -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
+[[ $out == numa ]] && pass "TRAINRT_OPTS supplies defaults" || fail "TRAINRT_OPTS defaults" "$out"
+
+out=$(srun -n 1 --train-runtime bash -c 'echo RAN' 2>&1); rc=$?
+if [[ $rc -ne 0 ]] && grep -q "policy=rail needs GPUs" <<<"$out" && ! grep -q RAN <<<"$out"; then
+  pass "a placement failure in user_init fails the step visibly"
+else fail "user_init failure (rc=$rc)" "$out"; fi
+
+out=$(srun -n 1 bash -c 'echo "${TRAINRT_POLICY:-unset}"' 2>&1)
+[[ $out == unset ]] && pass "without --train-runtime the plugin does nothing" || fail "inactive plugin" "$out"
+
+cat > "$work/job.sbatch" <<'SB'
+#!/bin/bash
+#SBATCH --train-runtime=policy=numa
+#SBATCH -n 2
+#SBATCH -o job.out
+srun -n 2 bash -c 'echo "step1 $SLURM_PROCID $TRAINRT_POLICY $RANK $WORLD_SIZE $MASTER_PORT"'
+srun -n 1 bash -c 'echo "step2 $SLURM_PROCID $TRAINRT_POLICY $RANK $WORLD_SIZE $MASTER_PORT"'
+srun -n 1 --overlap bash -c 'echo "conc $MASTER_PORT"; sleep 1' &
+srun -n 1 --overlap bash -c 'echo "conc $MASTER_PORT"; sleep 1' &
+wait
+SB
+jobid=$(sbatch --parsable "$work/job.sbatch")
+for _ in $(seq 1 150); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.1; done
+out=$(cat "$work/job.out" 2>/dev/null)
+if [[ $(grep -c "^step1 [01] numa [01] 2 " <<<"$out") -eq 2 && $(grep -c "^step2 0 numa 0 1 " <<<"$out") -eq 1 ]]; then
+  pass "#SBATCH --train-runtime reaches every step of the batch script"
+else fail "sbatch option" "$out"; fi
+ports=$(grep "^conc" <<<"$out" | awk '{print $2}' | sort -u | wc -l)
+p1=$(grep "^step1" <<<"$out" | awk '{print $6}' | head -1); p2=$(grep "^step2" <<<"$out" | awk '{print $6}')
+if [[ $ports -eq 2 && -n $p1 && $p1 != "$p2" ]]; then pass "concurrent steps of one job get different MASTER_PORTs"
+else fail "MASTER_PORT distinct" "$out"; fi
+
+echo "slurm integration: $passed passed, $failed failed"
+exit $((failed > 0))

@@ -1,0 +1,96 @@
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "options.hpp"
+#include "trainrt/error.hpp"
+
+using namespace trainrt::spank;
+
+TEST_CASE("user options: every valid form", "[options]") {
+  UserOptions o = parse_user_options("policy=numa,show,bind=dry,gpus=visible-all,tasks-per-gpu=2");
+  CHECK(o.policy == trainrt::topo::Policy::Numa);
+  CHECK(o.show);
+  CHECK(o.bind == BindMode::Dry);
+  CHECK(o.gpus == GpuVisibility::All);
+  CHECK(o.tasks_per_gpu == 2u);
+  CHECK_FALSE(o.help);
+  UserOptions d = parse_user_options("");
+  CHECK_FALSE(d.policy);
+  CHECK_FALSE(d.show);
+  CHECK(parse_user_options("help").help);
+  CHECK(parse_user_options("bind=off").bind == BindMode::Off);
+  CHECK(parse_user_options("tasks-per-gpu=64").tasks_per_gpu == 64u);
+}
+
+TEST_CASE("user options: each bad input names what was wrong and what is valid", "[options]") {
+  struct Case {
+    const char* text;
+    const char* says;
+  };
+  for (const Case& c : {Case{"policy=fast", "unknown policy 'fast'"}, Case{"polcy=rail", "unknown option 'polcy'"},
+                        Case{"policy", "'policy' needs a value"}, Case{"policy=", "'policy' needs a value"},
+                        Case{"show=1", "'show' takes no value"}, Case{"policy=rail,policy=numa", "given twice"},
+                        Case{"show,,bind=on", "empty item"}, Case{",", "empty item"},
+                        Case{"tasks-per-gpu=0", "out of range"}, Case{"tasks-per-gpu=65", "out of range"},
+                        Case{"tasks-per-gpu=-1", "not a number"}, Case{"tasks-per-gpu=2x", "not a number"},
+                        Case{"tasks-per-gpu=99999999999999999999", "not a number"},
+                        Case{"bind=maybe", "unknown bind mode"}, Case{"gpus=some", "unknown gpus mode"},
+                        Case{"policy=\x01", "\\x01"}}) {
+    INFO(c.text);
+    CHECK_THROWS_WITH(parse_user_options(c.text), Catch::StartsWith("--train-runtime: ") && Catch::Contains(c.says) &&
+                                                      Catch::Contains("valid: policy=rail|numa|none"));
+  }
+  CHECK_THROWS_WITH(parse_user_options(std::string(2000, 'a')), Catch::Contains("longer than 1024"));
+}
+
+TEST_CASE("TRAINRT_OPTS gives defaults; the option wins", "[options]") {
+  UserOptions m = merge(parse_user_options("policy=numa,show"), parse_user_options("policy=rail,bind=dry"));
+  CHECK(m.policy == trainrt::topo::Policy::Rail);
+  CHECK(m.show);
+  CHECK(m.bind == BindMode::Dry);
+}
+
+TEST_CASE("fuzz: 10,000 generated option strings are accepted or rejected with a message", "[options][fuzz]") {
+  const std::vector<std::string> atoms = {"policy", "rail", "numa", "none", "show", "bind", "on", "off", "dry",
+                                          "gpus", "visible-own", "visible-all", "tasks-per-gpu", "help", "=", ",",
+                                          "0", "1", "64", "65", "-", "x", "\xff", " ", "==", ",,", "9999999999"};
+  std::mt19937 rng(7);
+  unsigned accepted = 0, rejected = 0;
+  for (int i = 0; i < 10000; ++i) {
+    std::string s;
+    int n = static_cast<int>(rng() % 12);
+    for (int k = 0; k < n; ++k) s += atoms[rng() % atoms.size()];
+    if (rng() % 50 == 0) s = std::string(1000 + rng() % 100, 'p');
+    try {
+      parse_user_options(s);
+      ++accepted;
+    } catch (const trainrt::Error& e) {
+      std::string what = e.what();
+      if (what.rfind("--train-runtime: ", 0) != 0 || what.find("valid:") == std::string::npos) FAIL("bad message for '" << s << "': " << what);
+      ++rejected;
+    }
+  }
+  CHECK(accepted + rejected == 10000);
+  CHECK(accepted > 100);  // the generator reaches valid strings too
+  CHECK(rejected > 100);
+}
+
+TEST_CASE("plugstack arguments", "[options]") {
+  AdminConfig c = parse_admin_args({"enable=always", "policy=numa", "topology_xml=/etc/node.xml", "nic_include=mlx5_0,mlx5_3", "strict=0"});
+  CHECK(c.enable == Enable::Always);
+  CHECK(c.policy == trainrt::topo::Policy::Numa);
+  CHECK(c.topology_xml == "/etc/node.xml");
+  CHECK(c.nic_include == std::vector<std::string>{"mlx5_0", "mlx5_3"});
+  CHECK_FALSE(c.strict);
+  AdminConfig d = parse_admin_args({});
+  CHECK(d.enable == Enable::Default);
+  CHECK(d.strict);
+  CHECK_THROWS_WITH(parse_admin_args({"colour=blue"}), Catch::Contains("unknown key 'colour'"));
+  CHECK_THROWS_WITH(parse_admin_args({"enable"}), Catch::Contains("not key=value"));
+  CHECK_THROWS_WITH(parse_admin_args({"enable=sometimes"}), Catch::Contains("enable='sometimes'"));
+  CHECK_THROWS_WITH(parse_admin_args({"topology_xml=node.xml"}), Catch::Contains("absolute path"));
+  CHECK_THROWS_WITH(parse_admin_args({"strict=1", "strict=0"}), Catch::Contains("given twice"));
+  CHECK_THROWS_WITH(parse_admin_args({"policy=fast"}), Catch::Contains("policy='fast'"));
+}
