@@ -2,11 +2,15 @@
 # A real Slurm cluster on this machine (munge + slurmctld + slurmd from Debian) with the
 # train-runtime plugin in its plugstack. Run as root.
 #
-#   cluster.sh start [--mode live|xml] [--xml FILE] [--plugin SO] [--plugin-args "k=v ..."]
+#   cluster.sh start [--mode live|xml] [--xml FILE] [--nodes N] [--plugin SO] [--plugin-args "k=v ..."]
 #   cluster.sh stop
 #   cluster.sh env        # prints `export SLURM_CONF=...` for clients
+#   cluster.sh run CMD... # runs a client command (srun, sbatch, ...) where the controller is
 #
-# The node is named after this host, so MASTER_ADDR resolves.
+# --nodes N (N >= 2, live mode): N nodes on this machine, each slurmd in its own network namespace
+#       (trt-n1..N, 10.77.0.11+) behind a bridge in the controller's namespace (trt-ctl, 10.77.0.1);
+#       /etc/hosts gets their names (removed by stop). Clients must run via `cluster.sh run`.
+# The single node is named after this host, so MASTER_ADDR resolves.
 # live: one node with this machine's real CPUs (slurmd -C) and no GPUs; tasks are really bound.
 # xml:  one node claiming the CPUs and GPUs of a real GPU server's topology file (default: Azure
 #       ND H100 v5, 96 CPUs, 8 GPUs), fake GPU device files via gres.conf, topology_xml=FILE in the
@@ -50,6 +54,44 @@ cmd_stop() {
   for f in "$dir"/slurmd-*.pid; do stop_pidfile "$f" slurmd; done
   stop_pidfile "$dir/slurmctld.pid" slurmctld
   stop_pidfile "$dir/munge/munged.pid" munged
+  if [[ -f $dir/netns ]]; then
+    for ns in $(cat "$dir/netns"); do ip netns del "$ns" 2>/dev/null || true; done
+    sed -i '/# trainrt-local-cluster$/d' /etc/hosts
+    rm -f "$dir/netns"
+    log "removed network namespaces"
+  fi
+}
+
+# One bridge in the controller's namespace, one veth per node namespace.
+make_namespaces() {  # make_namespaces N
+  local n=$1 i
+  # Namespace names are machine-wide: clear any a crashed run left behind.
+  for ns in $(ip netns list | awk '/^trt-(ctl|n[0-9]+)( |$)/ {print $1}'); do ip netns del "$ns"; done
+  sed -i '/# trainrt-local-cluster$/d' /etc/hosts
+  ip netns add trt-ctl
+  echo trt-ctl > "$dir/netns"
+  ip -n trt-ctl link set lo up
+  ip -n trt-ctl link add br0 type bridge
+  ip -n trt-ctl addr add 10.77.0.1/24 dev br0
+  ip -n trt-ctl link set br0 up
+  for ((i = 1; i <= n; i++)); do
+    ip netns add "trt-n$i"
+    echo "trt-n$i" >> "$dir/netns"
+    ip -n "trt-n$i" link set lo up
+    ip -n "trt-n$i" link add eth0 type veth peer name "v$i" netns trt-ctl
+    ip -n "trt-n$i" addr add "10.77.0.$((10 + i))/24" dev eth0
+    ip -n "trt-n$i" link set eth0 up
+    ip -n trt-ctl link set "v$i" master br0
+    ip -n trt-ctl link set "v$i" up
+    echo "10.77.0.$((10 + i)) trt-n$i # trainrt-local-cluster" >> /etc/hosts
+  done
+  echo "10.77.0.1 trt-ctl # trainrt-local-cluster" >> /etc/hosts
+}
+
+cmd_run() {
+  export SLURM_CONF=$conf
+  if [[ -f $dir/netns ]]; then exec nsenter --net=/run/netns/trt-ctl "$@"; fi
+  exec "$@"
 }
 
 xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node line
@@ -63,17 +105,20 @@ xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node
 }
 
 cmd_start() {
-  local mode=xml topo="" plugin="$repo/build/spank_plugin/train_runtime.so" plugin_args=""
+  local mode=xml topo="" plugin="$repo/build/spank_plugin/train_runtime.so" plugin_args="" nodes=1
   while (($#)); do
     case $1 in
       --mode) mode=$2; shift 2 ;;
       --xml) topo=$2; shift 2 ;;
       --plugin) plugin=$2; shift 2 ;;
       --plugin-args) plugin_args=$2; shift 2 ;;
+      --nodes) nodes=$2; shift 2 ;;
       *) die "unknown argument '$1' (see the header of $0)" ;;
     esac
   done
   [[ $mode == live || $mode == xml ]] || die "unknown mode '$mode'; valid: live, xml"
+  [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "--nodes '$nodes' is not a number from 1 to 99"
+  [[ $nodes == 1 || $mode == live ]] || die "--nodes $nodes needs --mode live"
   [[ -f $plugin ]] || die "plugin $plugin not found; build first (bash scripts/build.sh)"
   install_packages
   cmd_stop
@@ -88,6 +133,15 @@ cmd_start() {
 
   local node_line node
   node=$(hostname -s)  # so MASTER_ADDR (the first node's name) resolves
+  local ctl_host="$(hostname)(127.0.0.1)" node_names node_addrs
+  if ((nodes > 1)); then
+    make_namespaces "$nodes"
+    ctl_host="$(hostname)(10.77.0.1)"  # slurmctld insists on its own hostname
+    node="trt-n[1-$nodes]"
+    node_addrs="10.77.0.[11-$((10 + nodes))]"
+  else
+    node_addrs=127.0.0.1
+  fi
   if [[ $mode == live ]]; then
     node_line=$(slurmd -C | head -1 | sed -E 's/^NodeName=[^ ]+ //; s/ UpTime.*//')
     echo 0 > "$dir/gpu-count"
@@ -106,7 +160,7 @@ cmd_start() {
 
   cat > "$conf" <<CONF
 ClusterName=trainrt
-SlurmctldHost=$(hostname)(127.0.0.1)
+SlurmctldHost=$ctl_host
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -135,7 +189,7 @@ InactiveLimit=0
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/backfill
-NodeName=$node NodeAddr=127.0.0.1 $node_line State=UNKNOWN
+NodeName=$node NodeAddr=$node_addrs $node_line State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
   local n; n=$(cat "$dir/gpu-count")
@@ -143,17 +197,28 @@ CONF
     echo "AutoDetect=off"
     ((n > 0)) && echo "NodeName=$node Name=gpu File=$dir/dev/fakegpu[0-$((n - 1))]"
   } > "$dir/gres.conf"
-  mkdir -p "$dir/spool-$node" "$dir/tmp-$node"
 
   export SLURM_CONF=$conf
-  slurmctld -f "$conf"
-  slurmd -f "$conf"
-  for _ in $(seq 1 100); do
-    sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)' && break
+  if ((nodes > 1)); then
+    # nsenter, not `ip netns exec`: the latter remounts /sys, which slurmd does not survive.
+    nsenter --net=/run/netns/trt-ctl slurmctld -f "$conf"
+    for ((i = 1; i <= nodes; i++)); do
+      mkdir -p "$dir/spool-trt-n$i" "$dir/tmp-trt-n$i"
+      nsenter --net="/run/netns/trt-n$i" slurmd -f "$conf" -N "trt-n$i"
+    done
+  else
+    mkdir -p "$dir/spool-$node" "$dir/tmp-$node"
+    slurmctld -f "$conf"
+    slurmd -f "$conf"
+  fi
+  local up=0
+  for _ in $(seq 1 150); do
+    up=$(bash "$0" run sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
+    ((up >= nodes)) && break
     sleep 0.1
   done
-  sinfo -h -o '%T' | grep -qE '^(idle|mixed|allocated)' || { tail -20 "$dir/slurmd-$node.log" "$dir/slurmctld.log" >&2; die "node did not come up"; }
-  log "up: mode=$mode, node $node: $node_line"
+  ((up >= nodes)) || { tail -20 "$dir"/slurmd-*.log "$dir/slurmctld.log" >&2; die "only $up of $nodes nodes came up"; }
+  log "up: mode=$mode, $nodes node(s) $node: $node_line"
   log "clients need: export SLURM_CONF=$conf"
 }
 
@@ -161,5 +226,6 @@ case ${1:-} in
   start) shift; cmd_start "$@" ;;
   stop) cmd_stop ;;
   env) echo "export SLURM_CONF=$conf" ;;
-  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--plugin SO] [--plugin-args ARGS] | stop | env" ;;
+  run) shift; cmd_run "$@" ;;
+  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--plugin SO] [--plugin-args ARGS] | stop | env | run CMD..." ;;
 esac

@@ -131,5 +131,41 @@ p1=$(grep "^step1" <<<"$out" | awk '{print $6}' | head -1); p2=$(grep "^step2" <
 if [[ $ports -eq 2 && -n $p1 && $p1 != "$p2" ]]; then pass "concurrent steps of one job get different MASTER_PORTs"
 else fail "MASTER_PORT distinct" "$out"; fi
 
+# ---------------------------------------------------------------- two nodes in network namespaces
+bash "$cluster" stop >/dev/null 2>&1
+if bash "$cluster" start --mode live --nodes 2 >/dev/null 2>"$work/start2.log"; then
+  run() { bash "$cluster" run "$@"; }
+  # Rank 0 listens on MASTER_ADDR:MASTER_PORT, every other rank connects to it from its own node:
+  # the rendezvous a torch env:// init needs, across real network namespaces.
+  cat > "$work/rdv.py" <<'PY'
+import os, socket, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+if rank == 0:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port)); s.listen(); s.settimeout(20)
+    got = sorted(int(s.accept()[0].recv(16)) for _ in range(world - 1))
+    print(f"rdv rank0 heard {got}")
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection((addr, port), timeout=2); c.sendall(str(rank).encode()); break
+        except OSError: time.sleep(0.05)
+    else: sys.exit(f"rank {rank}: cannot reach {addr}:{port}")
+print(f"rdv {os.environ['SLURMD_NODENAME']} R={rank} LR={os.environ['LOCAL_RANK']} WS={world} LWS={os.environ['LOCAL_WORLD_SIZE']} M={addr}:{port} N={os.environ['TRAINRT_NODE_ID']}/{os.environ['TRAINRT_NNODES']}")
+PY
+  out=$(run srun -N 2 -n 4 --train-runtime=policy=numa python3 "$work/rdv.py" 2>&1)
+  want="rdv trt-n1 R=0 LR=0 WS=4 LWS=2 N=0/2
+rdv trt-n1 R=1 LR=1 WS=4 LWS=2 N=0/2
+rdv trt-n2 R=2 LR=0 WS=4 LWS=2 N=1/2
+rdv trt-n2 R=3 LR=1 WS=4 LWS=2 N=1/2"
+  got=$(grep "^rdv trt" <<<"$out" | sed -E 's/ M=trt-n1:[0-9]+//' | sort)
+  if [[ $got == "$want" ]] && grep -q "rdv rank0 heard \[1, 2, 3\]" <<<"$out" && [[ $(grep -c "M=trt-n1:" <<<"$out") -eq 4 ]]; then
+    pass "2 nodes: RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR consistent; every rank reached MASTER_ADDR:MASTER_PORT"
+  else fail "2 nodes" "$out"; fi
+else
+  fail "2-node cluster did not start" "$(cat "$work/start2.log")"
+fi
+
 echo "slurm integration: $passed passed, $failed failed"
 exit $((failed > 0))

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Cost of --train-runtime on a step: `srun -n 8 true` with and without the plugin, alternating
+# (A B A B), on the local cluster in both topology modes. Prints medians, the ratio and the
+# milliseconds the plugin adds. Run as root after `bash scripts/build.sh`.
+# Usage: benchmarks/spank_overhead.sh [PAIRS=20]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+pairs=${1:-20}
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+export TRAINRT_CLUSTER_DIR=/tmp/trainrt-bench-cluster TRAINRT_SLURMCTLD_PORT=7017 TRAINRT_SLURMD_PORT=7018
+export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
+trap 'bash "$cluster" stop >/dev/null 2>&1' EXIT
+
+measure() {  # measure LABEL PLAIN_ARGS -- PLUGIN_ARGS
+  local label=$1; shift
+  local -a plain=() plug=()
+  while [[ $1 != -- ]]; do plain+=("$1"); shift; done; shift
+  plug=("$@")
+  python3 - "$label" "$pairs" "${#plain[@]}" "${plain[@]}" "${plug[@]}" <<'PY'
+import statistics, subprocess, sys, time
+label, pairs, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+plain, plug = sys.argv[4:4 + n], sys.argv[4 + n:]
+def run(cmd):
+    t = time.perf_counter(); subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return (time.perf_counter() - t) * 1000
+run(plain); run(plug)  # warm the page cache and the daemons
+a, b = [], []
+for _ in range(pairs):
+    a.append(run(plain)); b.append(run(plug))
+ma, mb = statistics.median(a), statistics.median(b)
+print(f"{label:<34} plain {ma:7.1f} ms   --train-runtime {mb:7.1f} ms   ratio {mb / ma:.3f}x   adds {mb - ma:+.1f} ms   ({pairs} pairs, medians)")
+PY
+}
+
+bash "$cluster" start --mode live >/dev/null 2>&1
+measure "live hwloc, srun -n 8 true" srun -n 8 -O true -- srun -n 8 -O --train-runtime=policy=numa true
+bash "$cluster" stop >/dev/null 2>&1
+xml=$repo/../shared/topologies/nccl-azure-ndv5-8xH100-8xNDR.xml
+if [[ -f $xml ]]; then
+  bash "$cluster" start --mode xml --xml "$xml" >/dev/null 2>&1
+  measure "cached XML (ndv5, 8 GPUs), -n 8" srun -n 8 --gpus-per-task=1 true -- srun -n 8 --gpus-per-task=1 --train-runtime true
+  turin=$repo/../shared/topologies/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
+  bash "$cluster" stop >/dev/null 2>&1
+  bash "$cluster" start --mode xml --xml "$turin" >/dev/null 2>&1
+  measure "cached XML (turin hwloc 270 KB), -n 4" srun -n 4 --gpus-per-task=1 true -- srun -n 4 --gpus-per-task=1 --train-runtime true
+fi
