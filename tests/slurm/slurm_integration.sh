@@ -131,6 +131,16 @@ p1=$(grep "^step1" <<<"$out" | awk '{print $6}' | head -1); p2=$(grep "^step2" <
 if [[ $ports -eq 2 && -n $p1 && $p1 != "$p2" ]]; then pass "concurrent steps of one job get different MASTER_PORTs"
 else fail "MASTER_PORT distinct" "$out"; fi
 
+# ---------------------------------------------------------------- a bad plugstack.conf line
+bash "$cluster" stop >/dev/null 2>&1
+bash "$cluster" start --mode live --plugin-args "colour=blue" >/dev/null 2>&1
+out=$(srun -n 1 --train-runtime=policy=numa bash -c 'echo RAN' 2>&1); rc=$?
+plain=$(srun -n 1 bash -c 'echo PLAIN' 2>&1)
+if [[ $rc -ne 0 ]] && grep -q "unknown key 'colour'" <<<"$out" && ! grep -q RAN <<<"$out" && [[ $plain == PLAIN ]] &&
+   grep -q "unknown key 'colour'" "$TRAINRT_CLUSTER_DIR"/slurmd-*.log; then
+  pass "unknown plugstack key: logged, fails only steps using the plugin, node stays up"
+else fail "bad plugstack key (rc=$rc)" "$out" "$plain"; fi
+
 # ---------------------------------------------------------------- two nodes in network namespaces
 bash "$cluster" stop >/dev/null 2>&1
 if bash "$cluster" start --mode live --nodes 2 >/dev/null 2>"$work/start2.log"; then
