@@ -1,0 +1,47 @@
+#pragma once
+// Rank discovery and byte-blob exchange for the processes of one job, over PMIx (the server is
+// srun --mpi=pmix or Open MPI's mpirun). Outside any PMIx server the session is a one-process
+// world and says so once; with PMIx variables set but no reachable server it is an error.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace trainrt::bootstrap {
+
+using Blob = std::vector<std::uint8_t>;
+
+struct SessionOptions {
+  std::chrono::seconds timeout{120};  // for every fence and every get
+  bool quiet = false;                 // do not announce the single-process fallback
+};
+
+class Session {
+ public:
+  // PMIx when the environment names a PMIx server, else the single-process world.
+  static std::unique_ptr<Session> open(const SessionOptions& options = {});
+  static std::unique_ptr<Session> single_process();
+
+  virtual ~Session() = default;
+  virtual unsigned rank() const = 0;
+  virtual unsigned size() const = 0;
+  virtual unsigned local_rank() const = 0;
+  virtual unsigned local_size() const = 0;
+  virtual unsigned node_id() const = 0;
+  virtual std::vector<unsigned> local_peers() const = 0;  // ranks on this node, ascending
+  virtual std::string job_id() const = 0;                 // the PMIx namespace, "single" otherwise
+  virtual bool is_single_process() const = 0;
+
+  // Every rank contributes one blob (sizes may differ); all get every blob, indexed by rank.
+  virtual std::vector<Blob> allgather(std::span<const std::uint8_t> mine) = 0;
+  // `data` matters on `root` only; every rank returns root's blob.
+  virtual Blob broadcast(std::span<const std::uint8_t> data, unsigned root) = 0;
+  virtual void barrier() = 0;
+};
+
+// NCCL's unique id is 128 opaque bytes: root creates it, everyone receives it.
+Blob exchange_unique_id(Session& session, const Blob& id_on_root, unsigned root = 0);
+
+}  // namespace trainrt::bootstrap

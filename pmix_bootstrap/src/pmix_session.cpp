@@ -1,0 +1,177 @@
+// The PMIx session: Put/Commit/Fence/Get with a fresh key per operation, so repeated collectives
+// never read a previous call's value.
+#include <pmix.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "session_impl.hpp"
+
+namespace trainrt::bootstrap {
+namespace {
+
+std::string status(pmix_status_t rc) { return PMIx_Error_string(rc); }
+
+// RAII for the values PMIx_Get hands out.
+struct ValuePtr {
+  pmix_value_t* v = nullptr;
+  ~ValuePtr() {
+    if (v) PMIX_VALUE_RELEASE(v);
+  }
+};
+
+// RAII for one pmix_info_t array.
+class InfoArray {
+ public:
+  explicit InfoArray(std::size_t n) : n_(n) { PMIX_INFO_CREATE(info_, n); }
+  ~InfoArray() { PMIX_INFO_FREE(info_, n_); }
+  InfoArray(const InfoArray&) = delete;
+  InfoArray& operator=(const InfoArray&) = delete;
+  pmix_info_t* get() { return info_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  pmix_info_t* info_ = nullptr;
+  std::size_t n_;
+};
+
+class PmixSession final : public Session {
+ public:
+  explicit PmixSession(const SessionOptions& options) : timeout_(static_cast<int>(options.timeout.count())) {
+    pmix_status_t rc = PMIx_Init(&me_, nullptr, 0);
+    if (rc != PMIX_SUCCESS)
+      throw Error(fmt::format("PMIx variables are set but PMIx_Init failed ({}); is the PMIx server (srun "
+                              "--mpi=pmix, mpirun) still running?",
+                              status(rc)),
+                  "bootstrap");
+    initialized_ = true;
+    PMIX_LOAD_PROCID(&all_, me_.nspace, PMIX_RANK_WILDCARD);
+    size_ = get_u32(all_, PMIX_JOB_SIZE);
+    local_size_ = get_u32(all_, PMIX_LOCAL_SIZE);
+    local_rank_ = get_u16(me_, PMIX_LOCAL_RANK);
+    node_id_ = get_u32(me_, PMIX_NODEID);
+    ValuePtr peers;
+    if (PMIx_Get(&all_, PMIX_LOCAL_PEERS, nullptr, 0, &peers.v) == PMIX_SUCCESS && peers.v->type == PMIX_STRING) {
+      std::string list = peers.v->data.string;
+      std::size_t pos = 0;
+      while (pos < list.size()) {
+        std::size_t comma = std::min(list.find(',', pos), list.size());
+        local_peers_.push_back(static_cast<unsigned>(std::stoul(list.substr(pos, comma - pos))));
+        pos = comma + 1;
+      }
+    }
+    if (local_peers_.empty()) local_peers_ = {me_.rank};
+  }
+
+  ~PmixSession() override {
+    if (initialized_) PMIx_Finalize(nullptr, 0);
+  }
+
+  unsigned rank() const override { return me_.rank; }
+  unsigned size() const override { return size_; }
+  unsigned local_rank() const override { return local_rank_; }
+  unsigned local_size() const override { return local_size_; }
+  unsigned node_id() const override { return node_id_; }
+  std::vector<unsigned> local_peers() const override { return local_peers_; }
+  std::string job_id() const override { return me_.nspace; }
+  bool is_single_process() const override { return false; }
+
+  std::vector<Blob> allgather(std::span<const std::uint8_t> mine) override {
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    put(key, mine);
+    fence(true, key);
+    std::vector<Blob> out(size_);
+    for (unsigned r = 0; r < size_; ++r) out[r] = get_blob(r, key);
+    return out;
+  }
+
+  Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
+    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "bootstrap");
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    if (me_.rank == root) put(key, data);
+    fence(true, key);
+    return me_.rank == root ? Blob(data.begin(), data.end()) : get_blob(root, key);
+  }
+
+  void barrier() override {
+    std::lock_guard lock(mutex_);
+    fence(false, "barrier");
+  }
+
+ private:
+  std::string next_key() { return fmt::format("trainrt.{}", counter_++); }
+
+  std::uint32_t get_u32(const pmix_proc_t& proc, const char* key) {
+    ValuePtr v;
+    pmix_status_t rc = PMIx_Get(&proc, key, nullptr, 0, &v.v);
+    if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Get({}) failed: {}", key, status(rc)), "bootstrap");
+    switch (v.v->type) {
+      case PMIX_UINT32: return v.v->data.uint32;
+      case PMIX_UINT16: return v.v->data.uint16;
+      case PMIX_INT: return static_cast<std::uint32_t>(v.v->data.integer);
+      default: throw Error(fmt::format("PMIx key {} has unexpected type {}", key, v.v->type), "bootstrap");
+    }
+  }
+  unsigned get_u16(const pmix_proc_t& proc, const char* key) { return get_u32(proc, key); }
+
+  void put(const std::string& key, std::span<const std::uint8_t> data) {
+    pmix_value_t value;
+    PMIX_VALUE_CONSTRUCT(&value);
+    value.type = PMIX_BYTE_OBJECT;
+    // PMIx copies the value in PMIx_Put; it never writes through this pointer.
+    value.data.bo.bytes = reinterpret_cast<char*>(const_cast<std::uint8_t*>(data.data()));
+    value.data.bo.size = data.size();
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
+    if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Put({}) failed: {}", key, status(rc)), "bootstrap");
+    rc = PMIx_Commit();
+    if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Commit failed: {}", status(rc)), "bootstrap");
+  }
+
+  void fence(bool collect, const std::string& what) {
+    InfoArray info(2);
+    bool yes = collect;
+    PMIX_INFO_LOAD(&info.get()[0], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info.get()[1], PMIX_TIMEOUT, &timeout_, PMIX_INT);
+    pmix_status_t rc = PMIx_Fence(&all_, 1, info.get(), info.size());
+    if (rc != PMIX_SUCCESS)
+      throw Error(fmt::format("rank {}: fence for '{}' failed after at most {} s: {} (a rank of the {} died or never "
+                              "arrived)",
+                              me_.rank, what, timeout_, status(rc), size_),
+                  "bootstrap");
+  }
+
+  Blob get_blob(unsigned from, const std::string& key) {
+    pmix_proc_t peer;
+    PMIX_LOAD_PROCID(&peer, me_.nspace, from);
+    InfoArray info(1);
+    PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
+    ValuePtr v;
+    pmix_status_t rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
+    if (rc != PMIX_SUCCESS || v.v->type != PMIX_BYTE_OBJECT) {
+      if (rc == PMIX_SUCCESS && v.v->type == PMIX_UNDEF) return {};
+      throw Error(fmt::format("rank {} did not deliver '{}' to rank {}: {}", from, key, me_.rank, status(rc)),
+                  "bootstrap");
+    }
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
+    return Blob(bytes, bytes + v.v->data.bo.size);
+  }
+
+  pmix_proc_t me_{};
+  pmix_proc_t all_{};
+  bool initialized_ = false;
+  int timeout_;
+  unsigned size_ = 1, local_size_ = 1, local_rank_ = 0, node_id_ = 0;
+  std::vector<unsigned> local_peers_;
+  std::uint64_t counter_ = 0;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<Session> open_pmix_session(const SessionOptions& options) {
+  return std::make_unique<PmixSession>(options);
+}
+
+}  // namespace trainrt::bootstrap

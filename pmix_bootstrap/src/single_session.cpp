@@ -1,0 +1,34 @@
+#include "session_impl.hpp"
+
+namespace trainrt::bootstrap {
+namespace {
+
+class SingleSession final : public Session {
+ public:
+  unsigned rank() const override { return 0; }
+  unsigned size() const override { return 1; }
+  unsigned local_rank() const override { return 0; }
+  unsigned local_size() const override { return 1; }
+  unsigned node_id() const override { return 0; }
+  std::vector<unsigned> local_peers() const override { return {0}; }
+  std::string job_id() const override { return "single"; }
+  bool is_single_process() const override { return true; }
+  std::vector<Blob> allgather(std::span<const std::uint8_t> mine) override { return {Blob(mine.begin(), mine.end())}; }
+  Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
+    if (root != 0) throw Error(fmt::format("broadcast root {} outside a world of 1", root), "bootstrap");
+    return Blob(data.begin(), data.end());
+  }
+  void barrier() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Session> Session::single_process() { return std::make_unique<SingleSession>(); }
+
+Blob exchange_unique_id(Session& session, const Blob& id_on_root, unsigned root) {
+  Blob id = session.broadcast(id_on_root, root);
+  if (id.empty()) throw Error(fmt::format("rank {} sent an empty unique id", root), "bootstrap");
+  return id;
+}
+
+}  // namespace trainrt::bootstrap

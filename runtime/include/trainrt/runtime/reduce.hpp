@@ -1,0 +1,14 @@
+#pragma once
+// The host reduction every CPU collective uses. Deterministic: out[i] = in[0][i] op in[1][i] op ...
+// op in[n-1][i], always in that order; f16/bf16 accumulate in f32 and round once; avg divides the
+// sum by n (integers: truncating division).
+#include <cstddef>
+
+#include "trainrt/runtime/dtype.hpp"
+
+namespace trainrt {
+
+void reduce_inputs(const void* const* inputs, std::size_t n_inputs, void* out, std::size_t count, DType dtype,
+                   ReduceOp op, std::size_t divisor);
+
+}  // namespace trainrt

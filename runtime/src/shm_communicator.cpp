@@ -1,0 +1,330 @@
+#include "trainrt/runtime/shm_communicator.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "fd.hpp"
+#include "progress_thread.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/runtime/reduce.hpp"
+
+namespace trainrt {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x74726e7274736d31ull;  // "trnrtsm1"
+enum class Kind : std::uint8_t { Allreduce = 1, Allgather, Broadcast, Barrier, ReduceScatter };
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::Allreduce: return "allreduce";
+    case Kind::Allgather: return "allgather";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::Barrier: return "barrier";
+    case Kind::ReduceScatter: return "reduce_scatter";
+  }
+  return "?";
+}
+
+struct Descriptor {
+  std::uint64_t op_seq = 0;
+  std::uint64_t count = 0;
+  std::uint32_t root = 0;
+  Kind kind{};
+  DType dtype{};
+  ReduceOp op{};
+  bool operator==(const Descriptor&) const = default;
+};
+
+// One cache line per counter, so ranks spinning on each other do not share lines.
+struct alignas(64) RankControl {
+  std::atomic<std::uint64_t> arrive{0};
+  char pad0[56];
+  std::atomic<std::uint64_t> done{0};
+  char pad1[56];
+  std::atomic<std::uint32_t> failed{0};
+  std::int32_t pid = 0;
+  Descriptor desc;
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
+
+struct Header {
+  std::uint64_t magic;
+  std::uint32_t nranks;
+  std::uint64_t slot_bytes;
+};
+
+std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+class ShmCommunicator final : public Communicator {
+ public:
+  ShmCommunicator(bootstrap::Session& session, const CommOptions& options)
+      : rank_(session.rank()), size_(session.size()), options_(options) {
+    if (session.size() != session.local_size())
+      throw Error(fmt::format("the shared-memory backend spans one node, but the world has {} ranks and {} are local",
+                              session.size(), session.local_size()),
+                  "host communicator");
+    slot_bytes_ = round_up(std::max<std::size_t>(options.slot_bytes, 4096), 4096);
+    ctl_offset_ = 4096;
+    slots_offset_ = round_up(ctl_offset_ + size_ * sizeof(RankControl), 4096);
+    result_offset_ = slots_offset_ + size_ * slot_bytes_;
+    total_ = result_offset_ + 2 * slot_bytes_;
+    open_segment(session);
+    ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
+    session.barrier();  // every pid is written before anyone checks liveness
+  }
+
+  unsigned rank() const override { return rank_; }
+  unsigned size() const override { return size_; }
+  std::string backend() const override { return "shm"; }
+
+  Work allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
+    return progress_.run([=, this] { guarded([&] { do_allreduce(in, out, count, dtype, op); }); }, mode);
+  }
+
+  Work reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
+    return progress_.run(
+        [=, this] {
+          guarded([&] {
+            // Built on allreduce: simple and deterministic; it moves size() times more data than a
+            // bandwidth-optimal reduce-scatter would.
+            std::vector<std::byte> tmp(count * size_ * size_of(dtype));
+            do_allreduce(in, tmp.data(), count * size_, dtype, op, Kind::ReduceScatter);
+            std::memcpy(out, tmp.data() + rank_ * count * size_of(dtype), count * size_of(dtype));
+          });
+        },
+        mode);
+  }
+
+  Work allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) override {
+    return progress_.run([=, this] { guarded([&] { do_allgather(in, out, count, dtype); }); }, mode);
+  }
+
+  Work broadcast(void* buf, std::size_t count, DType dtype, unsigned root, Mode mode) override {
+    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "shm");
+    return progress_.run([=, this] { guarded([&] { do_broadcast(buf, count, dtype, root); }); }, mode);
+  }
+
+  Work barrier(Mode mode) override {
+    return progress_.run(
+        [this] {
+          guarded([&] {
+            begin({0, 0, 0, Kind::Barrier, DType::F32, ReduceOp::Sum});
+            phase(&RankControl::arrive, "barrier");
+            check_descriptors();
+            phase(&RankControl::done, "barrier");
+          });
+        },
+        mode);
+  }
+
+ private:
+  RankControl& ctl(unsigned r) const { return reinterpret_cast<RankControl*>(map_.data() + ctl_offset_)[r]; }
+  std::byte* slot(unsigned r) const { return map_.data() + slots_offset_ + r * slot_bytes_; }
+  std::byte* result(std::uint64_t seq) const { return map_.data() + result_offset_ + (seq % 2) * slot_bytes_; }
+
+  void open_segment(bootstrap::Session& session) {
+    std::string name;
+    if (rank_ == 0) {
+      std::random_device rd;
+      name = fmt::format("/trainrt-{}-{:08x}", ::getpid(), rd());
+      Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+      if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
+      if (::ftruncate(fd.get(), static_cast<off_t>(total_)) != 0) {
+        ::shm_unlink(name.c_str());
+        throw Error(fmt::format("cannot size {} to {} bytes: {}", name, total_, std::strerror(errno)), "shm");
+      }
+      map(fd, name);
+      auto* h = reinterpret_cast<Header*>(map_.data());
+      h->nranks = size_;
+      h->slot_bytes = slot_bytes_;
+      h->magic = kMagic;
+    }
+    std::vector<std::uint8_t> blob(name.begin(), name.end());
+    auto got = session.broadcast(blob, 0);
+    name.assign(got.begin(), got.end());
+    if (rank_ != 0) {
+      Fd fd(::shm_open(name.c_str(), O_RDWR, 0600));
+      if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
+      map(fd, name);
+      auto* h = reinterpret_cast<Header*>(map_.data());
+      if (h->magic != kMagic || h->nranks != size_ || h->slot_bytes != slot_bytes_)
+        throw Error(fmt::format("segment {} does not match this communicator", name), "shm");
+    }
+    session.barrier();
+    // Everyone has it mapped: remove the name now so a crash can never leak the segment.
+    if (rank_ == 0) ::shm_unlink(name.c_str());
+  }
+
+  void map(const Fd& fd, const std::string& name) {
+    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (p == MAP_FAILED) throw Error(fmt::format("mmap of {} failed: {}", name, std::strerror(errno)), "shm");
+    new (&map_) Mapping(p, total_);
+  }
+
+  template <typename F>
+  void guarded(F&& f) {
+    if (!broken_.empty()) throw Error("communicator is unusable after an earlier failure: " + broken_, "shm");
+    try {
+      f();
+    } catch (const Error& e) {
+      broken_ = e.what();
+      ctl(rank_).failed.store(1, std::memory_order_release);  // peers stop waiting for us at once
+      throw;
+    }
+  }
+
+  void begin(Descriptor d) {
+    d.op_seq = ++op_seq_;
+    current_ = d;
+    ctl(rank_).desc = d;
+  }
+
+  // Signals this rank reached `field` for a new sequence number, then waits for all peers.
+  void phase(std::atomic<std::uint64_t> RankControl::*field, const char* what) {
+    const std::uint64_t seq = field == &RankControl::arrive ? ++seq_ : seq_;
+    (ctl(rank_).*field).store(seq, std::memory_order_release);
+    const auto start = std::chrono::steady_clock::now();
+    auto next_check = start + std::chrono::milliseconds(20);
+    for (unsigned r = 0; r < size_; ++r) {
+      unsigned spins = 0;
+      while ((ctl(r).*field).load(std::memory_order_acquire) < seq) {
+        if (++spins < 64) continue;
+        sched_yield();  // more ranks than cores is normal on small nodes
+        if (spins % 64) continue;
+        auto now = std::chrono::steady_clock::now();
+        if (now < next_check) continue;
+        next_check = now + std::chrono::milliseconds(20);
+        fail_if_peer_gone(r, what);
+        if (now - start > options_.timeout)
+          throw Error(fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
+                                  to_string(current_.kind), current_.op_seq, what, options_.timeout.count(),
+                                  missing(field, seq)),
+                      "shm");
+      }
+    }
+  }
+
+  void fail_if_peer_gone(unsigned r, const char* what) {
+    if (ctl(r).failed.load(std::memory_order_acquire))
+      throw Error(fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_, to_string(current_.kind),
+                              current_.op_seq, what, r),
+                  "shm");
+    if (::kill(ctl(r).pid, 0) != 0 && errno == ESRCH)
+      throw Error(fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
+                              current_.op_seq, what, r, ctl(r).pid),
+                  "shm");
+  }
+
+  std::string missing(std::atomic<std::uint64_t> RankControl::*field, std::uint64_t seq) const {
+    std::vector<unsigned> late;
+    for (unsigned r = 0; r < size_; ++r)
+      if ((ctl(r).*field).load(std::memory_order_acquire) < seq) late.push_back(r);
+    return fmt::format("{}", fmt::join(late, ","));
+  }
+
+  void check_descriptors() const {
+    for (unsigned r = 0; r < size_; ++r) {
+      const Descriptor& d = ctl(r).desc;
+      if (d == current_) continue;
+      throw Error(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
+                              "called {} #{} (count {}, {}, {}, root {})",
+                              rank_, to_string(current_.kind), current_.op_seq, current_.count,
+                              to_string(current_.dtype), to_string(current_.op), current_.root, r, to_string(d.kind),
+                              d.op_seq, d.count, to_string(d.dtype), to_string(d.op), d.root),
+                  "shm");
+    }
+  }
+
+  std::size_t chunk_elems(DType dtype) const { return slot_bytes_ / size_of(dtype); }
+
+  void do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op,
+                    Kind kind = Kind::Allreduce) {
+    begin({0, count, 0, kind, dtype, op});
+    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
+    const auto* in = static_cast<const std::byte*>(in_v);
+    auto* out = static_cast<std::byte*>(out_v);
+    std::vector<const void*> inputs(size_);
+    std::size_t base = 0;
+    do {
+      const std::size_t m = std::min(chunk, count - base);
+      auto lo = [&](unsigned r) { return m * r / size_; };
+      const std::size_t my_lo = lo(rank_), my_hi = lo(rank_ + 1);
+      // Stage what the peers reduce; our own slice is read straight from `in`.
+      std::memcpy(slot(rank_), in + base * es, my_lo * es);
+      std::memcpy(slot(rank_) + my_hi * es, in + (base + my_hi) * es, (m - my_hi) * es);
+      phase(&RankControl::arrive, "stage");
+      if (base == 0) check_descriptors();
+      for (unsigned r = 0; r < size_; ++r)
+        inputs[r] = r == rank_ ? static_cast<const void*>(in + (base + my_lo) * es) : slot(r) + my_lo * es;
+      std::byte* mine = out + (base + my_lo) * es;
+      reduce_inputs(inputs.data(), size_, mine, my_hi - my_lo, dtype, op, size_);
+      std::byte* res = result(seq_);
+      std::memcpy(res + my_lo * es, mine, (my_hi - my_lo) * es);
+      phase(&RankControl::done, "reduce");
+      for (unsigned r = 0; r < size_; ++r)
+        if (r != rank_) std::memcpy(out + (base + lo(r)) * es, res + lo(r) * es, (lo(r + 1) - lo(r)) * es);
+      base += m;
+    } while (base < count);
+  }
+
+  void do_allgather(const void* in_v, void* out_v, std::size_t count, DType dtype) {
+    begin({0, count, 0, Kind::Allgather, dtype, ReduceOp::Sum});
+    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
+    const auto* in = static_cast<const std::byte*>(in_v);
+    auto* out = static_cast<std::byte*>(out_v);
+    std::size_t base = 0;
+    do {
+      const std::size_t m = std::min(chunk, count - base);
+      std::memcpy(slot(rank_), in + base * es, m * es);
+      phase(&RankControl::arrive, "stage");
+      if (base == 0) check_descriptors();
+      for (unsigned r = 0; r < size_; ++r) std::memcpy(out + (r * count + base) * es, slot(r), m * es);
+      phase(&RankControl::done, "gather");
+      base += m;
+    } while (base < count);
+  }
+
+  void do_broadcast(void* buf_v, std::size_t count, DType dtype, unsigned root) {
+    begin({0, count, root, Kind::Broadcast, dtype, ReduceOp::Sum});
+    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
+    auto* buf = static_cast<std::byte*>(buf_v);
+    std::size_t base = 0;
+    do {
+      const std::size_t m = std::min(chunk, count - base);
+      if (rank_ == root) std::memcpy(slot(root), buf + base * es, m * es);
+      phase(&RankControl::arrive, "stage");
+      if (base == 0) check_descriptors();
+      if (rank_ != root) std::memcpy(buf + base * es, slot(root), m * es);
+      phase(&RankControl::done, "copy");
+      base += m;
+    } while (base < count);
+  }
+
+  unsigned rank_, size_;
+  CommOptions options_;
+  std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, total_ = 0;
+  Mapping map_;
+  std::uint64_t seq_ = 0, op_seq_ = 0;
+  Descriptor current_;
+  std::string broken_;
+  ProgressThread progress_;  // last: its thread stops before the mapping goes away
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_shm_communicator(bootstrap::Session& session, const CommOptions& options) {
+  return std::make_unique<ShmCommunicator>(session, options);
+}
+
+}  // namespace trainrt

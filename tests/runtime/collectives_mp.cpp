@@ -1,0 +1,206 @@
+// Multi-process collective tests, run by a real PMIx server (mpirun or srun --mpi=pmix).
+//   collectives_mp verify     every collective x dtype x op x size against a scalar reference
+//   collectives_mp mismatch   rank 1 passes a different count: every rank must report it
+//   collectives_mp die        rank 1 dies before a collective: the others must name it, fast
+// Prints one summary line per rank; exit 0 only when every check held.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/kernels/half.hpp"
+#include "trainrt/runtime/shm_communicator.hpp"
+
+using namespace trainrt;
+namespace k = trainrt::kernels;
+
+namespace {
+
+unsigned failures = 0, checks = 0;
+unsigned my_rank = 0;
+
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok && failures++ < 20) fmt::print(stderr, "rank {}: FAIL {}\n", my_rank, what);
+}
+
+// The value rank r contributes at index i, as a double; stored in each dtype exactly.
+double value(unsigned r, std::size_t i, DType t) {
+  std::uint64_t h = (r + 1) * 0x9e3779b97f4a7c15ull ^ (i * 0xbf58476d1ce4e5b9ull);
+  h ^= h >> 31;
+  double v = static_cast<double>(static_cast<std::int64_t>(h % 2001) - 1000);
+  if (t == DType::I32 || t == DType::I64) return v;
+  if (t == DType::BF16) return std::fmod(v, 128.0) / 4.0;  // 8 significant bits: exact in bf16
+  return v / 64.0;  // exact in f16, f32 and f64
+}
+
+void store(void* buf, std::size_t i, DType t, double v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DType::F64: static_cast<double*>(buf)[i] = v; break;
+    case DType::F16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_f16(static_cast<float>(v)); break;
+    case DType::BF16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_bf16(static_cast<float>(v)); break;
+    case DType::I32: static_cast<std::int32_t*>(buf)[i] = static_cast<std::int32_t>(v); break;
+    case DType::I64: static_cast<std::int64_t*>(buf)[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+
+double load(const void* buf, std::size_t i, DType t) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(buf)[i];
+    case DType::F64: return static_cast<const double*>(buf)[i];
+    case DType::F16: return k::f16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
+    case DType::BF16: return k::bf16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
+    case DType::I32: return static_cast<const std::int32_t*>(buf)[i];
+    case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(buf)[i]);
+  }
+  return 0;
+}
+
+// Straightforward sequential reference: one element at a time, ranks in order.
+double reference(std::size_t i, DType t, ReduceOp op, unsigned n) {
+  double acc = value(0, i, t);
+  for (unsigned r = 1; r < n; ++r) {
+    double v = value(r, i, t);
+    acc = op == ReduceOp::Min ? std::min(acc, v) : op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+  }
+  if (op == ReduceOp::Avg) acc = (t == DType::I32 || t == DType::I64) ? std::trunc(acc / n) : acc / n;
+  // What the dtype can hold: round through it.
+  std::vector<std::uint8_t> tmp(8);
+  store(tmp.data(), 0, t, acc);
+  return load(tmp.data(), 0, t);
+}
+
+void verify(Communicator& comm) {
+  const unsigned n = comm.size(), me = comm.rank();
+  const std::vector<std::size_t> sizes = {0, 1, 3, 4097, 70001};
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64}) {
+    const std::size_t es = size_of(t);
+    for (std::size_t count : sizes) {
+      // +3 elements: the collective sees a pointer that is not vector-aligned.
+      std::vector<std::uint8_t> in((count + 3) * es), out((count + 3) * es);
+      void* pin = in.data() + 3 * es;
+      void* pout = out.data() + 3 * es;
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max}) {
+        for (bool in_place : {false, true}) {
+          for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
+          void* dst = in_place ? pin : pout;
+          comm.allreduce(pin, dst, count, t, op).wait();
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i) bad += load(dst, i, t) != reference(i, t, op, n);
+          check(bad == 0, fmt::format("allreduce {} {} count {}{}: {} wrong", to_string(t), to_string(op), count,
+                                      in_place ? " in-place" : "", bad));
+        }
+      }
+      // allgather
+      std::vector<std::uint8_t> all(count * n * es + es);
+      for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
+      comm.allgather(pin, all.data(), count, t).wait();
+      std::size_t bad = 0;
+      for (unsigned r = 0; r < n; ++r)
+        for (std::size_t i = 0; i < count; ++i) bad += load(all.data(), r * count + i, t) != value(r, i, t);
+      check(bad == 0, fmt::format("allgather {} count {}: {} wrong", to_string(t), count, bad));
+      // broadcast from every root
+      for (unsigned root = 0; root < n; ++root) {
+        for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
+        comm.broadcast(pin, count, t, root).wait();
+        bad = 0;
+        for (std::size_t i = 0; i < count; ++i) bad += load(pin, i, t) != value(root, i, t);
+        check(bad == 0, fmt::format("broadcast {} count {} root {}: {} wrong", to_string(t), count, root, bad));
+      }
+      // reduce_scatter: block r of the reduction of everyone's n*count inputs
+      std::vector<std::uint8_t> big(count * n * es + es), mine(count * es + es);
+      for (std::size_t i = 0; i < count * n; ++i) store(big.data(), i, t, value(me, i, t));
+      comm.reduce_scatter(big.data(), mine.data(), count, t, ReduceOp::Sum).wait();
+      bad = 0;
+      for (std::size_t i = 0; i < count; ++i) bad += load(mine.data(), i, t) != reference(me * count + i, t, ReduceOp::Sum, n);
+      check(bad == 0, fmt::format("reduce_scatter {} count {}: {} wrong", to_string(t), count, bad));
+    }
+  }
+
+  // Determinism: random floats whose sums round, twice; bitwise equal across runs and ranks.
+  const std::size_t count = 300007;
+  std::mt19937 rng(1234 + me);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(count), a(count), b(count);
+  for (auto& v : x) v = dist(rng) * std::pow(10.f, static_cast<float>(rng() % 7) - 3.f);
+  comm.allreduce(x.data(), a.data(), count, DType::F32, ReduceOp::Sum).wait();
+  comm.allreduce(x.data(), b.data(), count, DType::F32, ReduceOp::Sum).wait();
+  check(std::memcmp(a.data(), b.data(), count * 4) == 0, "allreduce is not bitwise repeatable");
+  std::vector<float> first(count);
+  std::memcpy(first.data(), a.data(), count * 4);
+  comm.broadcast(first.data(), count, DType::F32, 0).wait();
+  check(std::memcmp(first.data(), a.data(), count * 4) == 0, "ranks disagree bitwise on the allreduce result");
+
+  // Async: several in flight, waited out of order, results still right.
+  std::vector<std::vector<std::int64_t>> bufs(4, std::vector<std::int64_t>(1000));
+  std::vector<Work> works;
+  for (unsigned j = 0; j < bufs.size(); ++j) {
+    for (std::size_t i = 0; i < 1000; ++i) bufs[j][i] = static_cast<std::int64_t>(me * 1000 + i + j);
+    works.push_back(comm.allreduce(bufs[j].data(), bufs[j].data(), 1000, DType::I64, ReduceOp::Sum, Mode::Async));
+  }
+  check(works.back().wait_for(std::chrono::seconds(30)), "async allreduce did not finish in 30 s");
+  for (auto& w : works) w.wait();
+  check(works[0].test(), "test() false after wait()");
+  std::int64_t want = 0;
+  for (unsigned r = 0; r < n; ++r) want += r * 1000 + 7 + 2;
+  check(bufs[2][7] == want, fmt::format("async result {} != {}", bufs[2][7], want));
+  comm.barrier().wait();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "verify";
+  try {
+    auto session = bootstrap::Session::open();
+    my_rank = session->rank();
+    CommOptions opts;
+    opts.slot_bytes = 64 << 10;  // small slots: every size above crosses several chunks
+    if (mode == "die" || mode == "mismatch") opts.timeout = std::chrono::seconds(30);
+    auto comm = make_shm_communicator(*session, opts);
+    if (mode == "verify") {
+      verify(*comm);
+      fmt::print("rank {} of {}: {} passed, {} failed\n", comm->rank(), comm->size(), checks - failures, failures);
+      return failures ? 1 : 0;
+    }
+    std::vector<float> buf(1000, 1.f);
+    if (mode == "mismatch") {
+      try {
+        comm->allreduce(buf.data(), buf.data(), my_rank == 1 ? 999 : 1000, DType::F32, ReduceOp::Sum).wait();
+      } catch (const Error& e) {
+        bool named = std::string(e.what()).find("mismatched") != std::string::npos;
+        fmt::print("rank {}: {}: {}\n", my_rank, named ? "MISMATCH-DETECTED" : "WRONG-ERROR", e.what());
+        return named ? 0 : 1;
+      }
+      fmt::print("rank {}: mismatch NOT detected\n", my_rank);
+      return 1;
+    }
+    if (mode == "die") {
+      comm->barrier().wait();
+      if (my_rank == 1) ::_exit(9);
+      auto t0 = std::chrono::steady_clock::now();
+      try {
+        for (int i = 0; i < 100; ++i) comm->allreduce(buf.data(), buf.data(), 1000, DType::F32, ReduceOp::Sum).wait();
+      } catch (const Error& e) {
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        bool named = std::string(e.what()).find("rank 1") != std::string::npos;
+        fmt::print("rank {}: {} after {:.2f} s: {}\n", my_rank, named ? "DEATH-DETECTED" : "WRONG-ERROR", s, e.what());
+        return named && s < 10 ? 0 : 1;
+      }
+      fmt::print("rank {}: death NOT detected\n", my_rank);
+      return 1;
+    }
+    fmt::print(stderr, "unknown mode '{}'; valid: verify, mismatch, die\n", mode);
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "rank {}: error: {}\n", my_rank, e.what());
+    return 1;
+  }
+}
