@@ -54,7 +54,7 @@ struct alignas(64) RankControl {
   char pad1[56];
   std::atomic<std::uint32_t> failed{0};
   std::int32_t pid = 0;
-  Descriptor desc;
+  Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
 
@@ -65,6 +65,10 @@ struct Header {
 };
 
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// One-phase collectives up to these sizes; above, the two-phase chunked algorithms move less data.
+constexpr std::size_t kSmallBytes = 64 << 10;
+constexpr std::size_t kSmallAllreduce = 16 << 10;
 
 class ShmCommunicator final : public Communicator {
  public:
@@ -78,7 +82,13 @@ class ShmCommunicator final : public Communicator {
     ctl_offset_ = 4096;
     slots_offset_ = round_up(ctl_offset_ + size_ * sizeof(RankControl), 4096);
     result_offset_ = slots_offset_ + size_ * slot_bytes_;
-    total_ = result_offset_ + 2 * slot_bytes_;
+    small_offset_ = result_offset_ + 2 * slot_bytes_;
+    total_ = small_offset_ + size_ * 2 * kSmallBytes;
+    // Spinning only pays while every rank has a core; oversubscribed ranks must yield at once.
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    unsigned ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? static_cast<unsigned>(CPU_COUNT(&cpus)) : 1;
+    spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
     open_segment(session);
     ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
     session.barrier();  // every pid is written before anyone checks liveness
@@ -122,7 +132,6 @@ class ShmCommunicator final : public Communicator {
             begin({0, 0, 0, Kind::Barrier, DType::F32, ReduceOp::Sum});
             phase(&RankControl::arrive, "barrier");
             check_descriptors();
-            phase(&RankControl::done, "barrier");
           });
         },
         mode);
@@ -132,6 +141,10 @@ class ShmCommunicator final : public Communicator {
   RankControl& ctl(unsigned r) const { return reinterpret_cast<RankControl*>(map_.data() + ctl_offset_)[r]; }
   std::byte* slot(unsigned r) const { return map_.data() + slots_offset_ + r * slot_bytes_; }
   std::byte* result(std::uint64_t seq) const { return map_.data() + result_offset_ + (seq % 2) * slot_bytes_; }
+  // Per rank and sequence parity: one-phase collectives of at most kSmallBytes.
+  std::byte* small(unsigned r, std::uint64_t seq) const {
+    return map_.data() + small_offset_ + (r * 2 + seq % 2) * kSmallBytes;
+  }
 
   void open_segment(bootstrap::Session& session) {
     std::string name;
@@ -187,7 +200,7 @@ class ShmCommunicator final : public Communicator {
   void begin(Descriptor d) {
     d.op_seq = ++op_seq_;
     current_ = d;
-    ctl(rank_).desc = d;
+    ctl(rank_).desc[(seq_ + 1) % 2] = d;  // the parity of the arrive that follows
   }
 
   // Signals this rank reached `field` for a new sequence number, then waits for all peers.
@@ -199,7 +212,10 @@ class ShmCommunicator final : public Communicator {
     for (unsigned r = 0; r < size_; ++r) {
       unsigned spins = 0;
       while ((ctl(r).*field).load(std::memory_order_acquire) < seq) {
-        if (++spins < 64) continue;
+        if (++spins < spins_before_yield_) {
+          __builtin_ia32_pause();
+          continue;
+        }
         sched_yield();  // more ranks than cores is normal on small nodes
         if (spins % 64) continue;
         auto now = std::chrono::steady_clock::now();
@@ -235,7 +251,7 @@ class ShmCommunicator final : public Communicator {
 
   void check_descriptors() const {
     for (unsigned r = 0; r < size_; ++r) {
-      const Descriptor& d = ctl(r).desc;
+      const Descriptor& d = ctl(r).desc[seq_ % 2];
       if (d == current_) continue;
       throw Error(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
                               "called {} #{} (count {}, {}, {}, root {})",
@@ -255,6 +271,15 @@ class ShmCommunicator final : public Communicator {
     const auto* in = static_cast<const std::byte*>(in_v);
     auto* out = static_cast<std::byte*>(out_v);
     std::vector<const void*> inputs(size_);
+    if (count * es <= kSmallAllreduce) {
+      // One phase: everyone stages everything and reduces everything, in the same rank order.
+      std::memcpy(small(rank_, seq_ + 1), in, count * es);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_);
+      reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
+      return;
+    }
     std::size_t base = 0;
     do {
       const std::size_t m = std::min(chunk, count - base);
@@ -283,6 +308,13 @@ class ShmCommunicator final : public Communicator {
     const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
     const auto* in = static_cast<const std::byte*>(in_v);
     auto* out = static_cast<std::byte*>(out_v);
+    if (count * es <= kSmallBytes) {
+      std::memcpy(small(rank_, seq_ + 1), in, count * es);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      for (unsigned r = 0; r < size_; ++r) std::memcpy(out + r * count * es, small(r, seq_), count * es);
+      return;
+    }
     std::size_t base = 0;
     do {
       const std::size_t m = std::min(chunk, count - base);
@@ -299,6 +331,13 @@ class ShmCommunicator final : public Communicator {
     begin({0, count, root, Kind::Broadcast, dtype, ReduceOp::Sum});
     const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
     auto* buf = static_cast<std::byte*>(buf_v);
+    if (count * es <= kSmallBytes) {
+      if (rank_ == root) std::memcpy(small(root, seq_ + 1), buf, count * es);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      if (rank_ != root) std::memcpy(buf, small(root, seq_), count * es);
+      return;
+    }
     std::size_t base = 0;
     do {
       const std::size_t m = std::min(chunk, count - base);
@@ -313,7 +352,8 @@ class ShmCommunicator final : public Communicator {
 
   unsigned rank_, size_;
   CommOptions options_;
-  std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, total_ = 0;
+  std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, small_offset_ = 0, total_ = 0;
+  unsigned spins_before_yield_ = 16;
   Mapping map_;
   std::uint64_t seq_ = 0, op_seq_ = 0;
   Descriptor current_;

@@ -1,0 +1,21 @@
+// Built without CUDA/NCCL: the device backend reports itself unavailable.
+#include "trainrt/error.hpp"
+#include "trainrt/runtime/nccl_communicator.hpp"
+
+namespace trainrt {
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(bootstrap::Session&, const NcclOptions&) {
+  throw Error("this build has no NCCL support (configure with CUDA and NCCL present)", "nccl");
+}
+
+std::unique_ptr<Communicator> split_nccl_communicator(Communicator&, int, int) {
+  throw Error("this build has no NCCL support", "nccl");
+}
+
+bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session&) {
+  throw Error("this build has no NCCL support", "nccl");
+}
+
+}  // namespace trainrt
