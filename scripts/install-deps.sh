@@ -9,6 +9,8 @@ packages=(
   libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev iproute2
   # multi-process tests under mpirun (a PMIx server) and the Open MPI benchmark peer
   openmpi-bin libopenmpi-dev
+  # host collectives across nodes
+  libgloo-dev
 )
 
 missing=()

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "session_impl.hpp"
 
@@ -98,6 +99,42 @@ class PmixSession final : public Session {
   void barrier() override {
     std::lock_guard lock(mutex_);
     fence(false, "barrier");
+  }
+
+  void publish(const std::string& key, std::span<const std::uint8_t> data) override {
+    std::lock_guard lock(mutex_);
+    put("trainrt.kv." + key, data);
+  }
+
+  Blob lookup(unsigned owner, const std::string& key) override {
+    std::lock_guard lock(mutex_);
+    // Slurm's direct modex answers NOT-FOUND at once for a key the owner has not committed yet
+    // (mpirun's waits): poll, refreshing the cache, until it appears or the timeout passes.
+    const std::string full = "trainrt.kv." + key;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
+    auto pause = std::chrono::milliseconds(1);
+    pmix_proc_t peer;
+    PMIX_LOAD_PROCID(&peer, me_.nspace, owner);
+    while (true) {
+      InfoArray info(2);
+      bool refresh = true;
+      PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
+      PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
+      ValuePtr v;
+      pmix_status_t rc = PMIx_Get(&peer, full.c_str(), info.get(), info.size(), &v.v);
+      if (rc == PMIX_SUCCESS && v.v->type == PMIX_BYTE_OBJECT) {
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
+        return Blob(bytes, bytes + v.v->data.bo.size);
+      }
+      if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_SUCCESS)
+        throw Error(fmt::format("rank {} could not look up '{}' from rank {}: {}", me_.rank, key, owner, status(rc)),
+                    "bootstrap");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(fmt::format("rank {} never published '{}' (waited {} s for rank {})", owner, key, timeout_, me_.rank),
+                    "bootstrap");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    }
   }
 
  private:

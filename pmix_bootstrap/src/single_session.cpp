@@ -1,3 +1,5 @@
+#include <map>
+
 #include "session_impl.hpp"
 
 namespace trainrt::bootstrap {
@@ -19,6 +21,18 @@ class SingleSession final : public Session {
     return Blob(data.begin(), data.end());
   }
   void barrier() override {}
+  void publish(const std::string& key, std::span<const std::uint8_t> data) override {
+    published_[key] = Blob(data.begin(), data.end());
+  }
+  Blob lookup(unsigned owner, const std::string& key) override {
+    auto it = published_.find(key);
+    if (owner != 0 || it == published_.end())
+      throw Error(fmt::format("rank {} never published '{}'", owner, key), "bootstrap");
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, Blob> published_;
 };
 
 }  // namespace

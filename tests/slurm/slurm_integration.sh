@@ -131,6 +131,18 @@ p1=$(grep "^step1" <<<"$out" | awk '{print $6}' | head -1); p2=$(grep "^step2" <
 if [[ $ports -eq 2 && -n $p1 && $p1 != "$p2" ]]; then pass "concurrent steps of one job get different MASTER_PORTs"
 else fail "MASTER_PORT distinct" "$out"; fi
 
+# ---------------------------------------------------------------- collectives under srun --mpi=pmix
+mp=$build/tests/runtime/collectives_mp
+for n in 2 4 8; do
+  out=$(srun -n $n -O --mpi=pmix --train-runtime=policy=numa "$mp" verify 2>&1); rc=$?
+  if [[ $rc -eq 0 && $(grep -c " 0 failed" <<<"$out") -eq $n ]]; then
+    pass "srun --mpi=pmix -n $n: every shared-memory collective verified on every rank"
+  else fail "collectives -n $n (rc=$rc)" "$(tail -5 <<<"$out")"; fi
+done
+out=$(srun -n 4 -O --mpi=pmix "$mp" die 2>&1)
+[[ $(grep -c DEATH-DETECTED <<<"$out") -eq 3 ]] && pass "a rank killed mid-job is named by the 3 others within seconds" ||
+  fail "dead rank detection under srun" "$out"
+
 # ---------------------------------------------------------------- a bad plugstack.conf line
 bash "$cluster" stop >/dev/null 2>&1
 bash "$cluster" start --mode live --plugin-args "colour=blue" >/dev/null 2>&1
@@ -173,6 +185,15 @@ rdv trt-n2 R=3 LR=1 WS=4 LWS=2 N=1/2"
   if [[ $got == "$want" ]] && grep -q "rdv rank0 heard \[1, 2, 3\]" <<<"$out" && [[ $(grep -c "M=trt-n1:" <<<"$out") -eq 4 ]]; then
     pass "2 nodes: RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR consistent; every rank reached MASTER_ADDR:MASTER_PORT"
   else fail "2 nodes" "$out"; fi
+  out=$(run srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa "$build/tests/runtime/collectives_mp" init 2>&1); rc=$?
+  if [[ $rc -eq 0 && $(grep -c "host backend gloo.* 0 failed" <<<"$out") -eq 4 ]]; then
+    pass "2 nodes: trainrt::init() picks Gloo (rendezvoused over PMIx); every collective verified"
+  else fail "2-node collectives (rc=$rc)" "$(tail -5 <<<"$out")"; fi
+  if [[ -x $build/tests/runtime/nccl_mp ]]; then
+    out=$(run srun -N 2 -n 4 --mpi=pmix "$build/tests/runtime/nccl_mp" uid 2>&1)
+    [[ $(grep -c UID-OK <<<"$out") -eq 4 ]] && pass "2 nodes: NCCL unique id handed to every rank over PMIx" ||
+      fail "2-node NCCL uid" "$out"
+  fi
 else
   fail "2-node cluster did not start" "$(cat "$work/start2.log")"
 fi

@@ -39,6 +39,12 @@ class Session {
   // `data` matters on `root` only; every rank returns root's blob.
   virtual Blob broadcast(std::span<const std::uint8_t> data, unsigned root) = 0;
   virtual void barrier() = 0;
+
+  // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under
+  // `key`; `lookup` waits (up to the session timeout) until rank `owner` has published `key`. For
+  // protocols whose ranks do not all take part in every round (Gloo's rendezvous).
+  virtual void publish(const std::string& key, std::span<const std::uint8_t> data) = 0;
+  virtual Blob lookup(unsigned owner, const std::string& key) = 0;
 };
 
 // NCCL's unique id is 128 opaque bytes: root creates it, everyone receives it.

@@ -1,0 +1,236 @@
+#include "trainrt/runtime/gloo_communicator.hpp"
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "progress_thread.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/kernels/half.hpp"
+
+namespace trainrt {
+namespace {
+
+// Gloo's rendezvous asks a key-value store: each rank sets its own keys and waits for some of the
+// others' (not symmetrically: a rank reads only lower ranks' host names). Every Gloo key ends in
+// the rank that sets it ("rank_3", "3"), so a wait becomes a bootstrap lookup from that rank.
+class BootstrapStore final : public gloo::rendezvous::Store {
+ public:
+  BootstrapStore(bootstrap::Session& s, std::string prefix) : session_(s), prefix_(std::move(prefix)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(data.data());
+    session_.publish(prefix_ + key, std::span<const std::uint8_t>(p, data.size()));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    auto it = values_.find(key);
+    if (it == values_.end()) {
+      bootstrap::Blob b = session_.lookup(owner_of(key), prefix_ + key);
+      it = values_.emplace(key, std::vector<char>(b.begin(), b.end())).first;
+    }
+    return it->second;
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    for (const auto& k : keys) get(k);
+  }
+
+ private:
+  static unsigned owner_of(const std::string& key) {
+    std::size_t digits = key.size();
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
+    if (digits == key.size()) throw Error(fmt::format("cannot tell which rank sets '{}'", key), "gloo rendezvous");
+    return static_cast<unsigned>(std::stoul(key.substr(digits)));
+  }
+
+  bootstrap::Session& session_;
+  std::string prefix_;
+  std::map<std::string, std::vector<char>> values_;
+};
+
+template <typename T, typename Acc, Acc (*Load)(T), T (*Store)(Acc)>
+gloo::AllreduceOptions::Func make_reduce(ReduceOp op) {
+  return [op](void* c_v, const void* a_v, const void* b_v, std::size_t n) {
+    T* c = static_cast<T*>(c_v);
+    const T* a = static_cast<const T*>(a_v);
+    const T* b = static_cast<const T*>(b_v);
+    for (std::size_t i = 0; i < n; ++i) {
+      Acc x = Load(a[i]), y = Load(b[i]);
+      c[i] = Store(op == ReduceOp::Min ? std::min(x, y) : op == ReduceOp::Max ? std::max(x, y) : x + y);
+    }
+  };
+}
+
+template <typename T>
+T same(T v) {
+  return v;
+}
+
+template <typename T>
+void divide(void* buf, std::size_t count, unsigned n) {
+  T* p = static_cast<T*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+}
+
+void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::uint16_t), std::uint16_t (*store)(float)) {
+  auto* p = static_cast<std::uint16_t*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = store(load(p[i]) / static_cast<float>(n));
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address)
+      : rank_(session.rank()), size_(session.size()) {
+    if (address.empty()) {
+      const char* node = std::getenv("SLURMD_NODENAME");
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      address = node && *node ? node : host;
+    }
+    gloo::transport::tcp::attr attr(address.c_str());
+    try {
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
+      ctx->setTimeout(options.timeout);
+      static unsigned contexts = 0;  // distinct keys for every Gloo communicator of this process
+      BootstrapStore store(session, fmt::format("gloo{}.", contexts++));
+      ctx->connectFullMesh(store, device);
+      context_ = ctx;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
+    }
+  }
+
+  unsigned rank() const override { return rank_; }
+  unsigned size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+
+  Work allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return progress_.run([=, this] { wrap([&] { do_allreduce(in, out, count, t, op); }); }, mode);
+  }
+
+  Work reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return progress_.run(
+        [=, this] {
+          wrap([&] {
+            std::vector<std::byte> tmp(count * size_ * size_of(t));
+            do_allreduce(in, tmp.data(), count * size_, t, op);
+            std::memcpy(out, tmp.data() + rank_ * count * size_of(t), count * size_of(t));
+          });
+        },
+        mode);
+  }
+
+  Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
+    return progress_.run(
+        [=, this] {
+          wrap([&] {
+            if (count == 0) return;
+            gloo::AllgatherOptions o(context_);
+            o.setInput(static_cast<std::uint8_t*>(const_cast<void*>(in)), count * size_of(t));
+            o.setOutput(static_cast<std::uint8_t*>(out), count * size_of(t) * size_);
+            gloo::allgather(o);
+          });
+        },
+        mode);
+  }
+
+  Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
+    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "gloo");
+    return progress_.run(
+        [=, this] {
+          wrap([&] {
+            if (count == 0) return;
+            gloo::BroadcastOptions o(context_);
+            o.setOutput(static_cast<std::uint8_t*>(buf), count * size_of(t));
+            o.setRoot(static_cast<int>(root));
+            gloo::broadcast(o);
+          });
+        },
+        mode);
+  }
+
+  Work barrier(Mode mode) override {
+    return progress_.run(
+        [this] {
+          wrap([&] {
+            gloo::BarrierOptions o(context_);
+            gloo::barrier(o);
+          });
+        },
+        mode);
+  }
+
+ private:
+  template <typename F>
+  void wrap(F&& f) {
+    try {
+      f();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
+    }
+  }
+
+  template <typename T>
+  void run_allreduce(const void* in, void* out, std::size_t count, gloo::AllreduceOptions::Func fn) {
+    gloo::AllreduceOptions o(context_);
+    o.setInput(static_cast<T*>(const_cast<void*>(in)), count);
+    o.setOutput(static_cast<T*>(out), count);
+    o.setReduceFunction(fn);
+    gloo::allreduce(o);
+  }
+
+  void do_allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op) {
+    if (count == 0) return;
+    using namespace trainrt::kernels;
+    switch (t) {
+      case DType::F32: run_allreduce<float>(in, out, count, make_reduce<float, float, same<float>, same<float>>(op)); break;
+      case DType::F64: run_allreduce<double>(in, out, count, make_reduce<double, double, same<double>, same<double>>(op)); break;
+      case DType::I32: run_allreduce<std::int32_t>(in, out, count, make_reduce<std::int32_t, std::int32_t, same<std::int32_t>, same<std::int32_t>>(op)); break;
+      case DType::I64: run_allreduce<std::int64_t>(in, out, count, make_reduce<std::int64_t, std::int64_t, same<std::int64_t>, same<std::int64_t>>(op)); break;
+      case DType::F16: run_allreduce<std::uint16_t>(in, out, count, make_reduce<std::uint16_t, float, f16_to_f32, f32_to_f16>(op)); break;
+      case DType::BF16: run_allreduce<std::uint16_t>(in, out, count, make_reduce<std::uint16_t, float, bf16_to_f32, f32_to_bf16>(op)); break;
+    }
+    if (op != ReduceOp::Avg) return;
+    switch (t) {
+      case DType::F32: divide<float>(out, count, size_); break;
+      case DType::F64: divide<double>(out, count, size_); break;
+      case DType::I32: divide<std::int32_t>(out, count, size_); break;
+      case DType::I64: divide<std::int64_t>(out, count, size_); break;
+      case DType::F16: divide_half(out, count, size_, f16_to_f32, f32_to_f16); break;
+      case DType::BF16: divide_half(out, count, size_, bf16_to_f32, f32_to_bf16); break;
+    }
+  }
+
+  unsigned rank_, size_;
+  std::shared_ptr<gloo::Context> context_;
+  ProgressThread progress_;
+};
+
+}  // namespace
+
+bool gloo_available() { return true; }
+
+std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
+                                                     const std::string& address) {
+  return std::make_unique<GlooCommunicator>(session, options, address);
+}
+
+}  // namespace trainrt
