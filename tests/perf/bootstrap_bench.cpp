@@ -52,7 +52,10 @@ int main(int argc, char** argv) {
         pmix_proc_t p;
         PMIX_LOAD_PROCID(&p, me.nspace, r);
         pmix_value_t* x = nullptr;
-        if (PMIx_Get(&p, "bench.ms", nullptr, 0, &x) == PMIX_SUCCESS) worst = std::max(worst, x->data.dval), PMIX_VALUE_RELEASE(x);
+        if (PMIx_Get(&p, "bench.ms", nullptr, 0, &x) == PMIX_SUCCESS) {
+          worst = std::max(worst, x->data.dval);
+          PMIX_VALUE_RELEASE(x);
+        }
       }
       fmt::print("floor {} {:.1f}\n", sz->data.uint32, worst);
       PMIX_VALUE_RELEASE(sz);

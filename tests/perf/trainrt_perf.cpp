@@ -2,7 +2,8 @@
 // same run, size by size, alternating (A B A B), so machine noise hits both alike.
 //   mpirun -np 2 trainrt-perf -b 8 -e 128M -f 2 [-o sum] [-d f32] [-n 20] [-w 5] [-c 1] [-t allreduce]
 // Columns: size (bytes), count, time (us) / algbw / busbw (GB/s) / #wrong for trainrt, then the same
-// for MPI, then trainrt's busbw over MPI's. algbw = size / time; busbw = algbw * 2(n-1)/n for
+// for MPI, then trainrt's busbw over MPI's. trainrt's #wrong counts elements that differ from the
+// exact answer (f32 sum); MPI's #wrong counts bytes where trainrt's and MPI's results differ. algbw = size / time; busbw = algbw * 2(n-1)/n for
 // allreduce, (n-1)/n for allgather and reduce_scatter, 1 for broadcast (nccl-tests' definitions).
 #include <fmt/format.h>
 #include <mpi.h>
@@ -167,7 +168,7 @@ int main(int argc, char** argv) {
       double t1 = timed(run_trainrt), m1 = timed(run_mpi), t2 = timed(run_trainrt), m2 = timed(run_mpi);
       a = saved;
       double t = (t1 + t2) / 2, m = (m1 + m2) / 2;
-      long wrong = 0, mpi_wrong = 0;
+      long disagree = 0, ours_wrong = 0;  // bytes differing from MPI's result; elements differing from the exact sum
       if (a.check) {
         if (!ar && !ag && !rs && me == 0) {
           std::memcpy(out.data(), in.data(), out.size());
@@ -176,25 +177,25 @@ int main(int argc, char** argv) {
         run_trainrt();
         run_mpi();
         // Both must agree with each other; for f32 sums both are exact, so agreement is correctness.
-        for (std::size_t i = 0; i < out.size(); ++i) wrong += out[i] != mpi_out[i];
+        for (std::size_t i = 0; i < out.size(); ++i) disagree += out[i] != mpi_out[i];
         long total = 0;
-        MPI_Allreduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-        wrong = total;
+        MPI_Allreduce(&disagree, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        disagree = total;
         if (a.dtype == DType::F32 && ar && a.op == ReduceOp::Sum) {
           const auto* f = reinterpret_cast<const float*>(out.data());
           for (std::size_t i = 0; i < count; ++i) {
             float want = 0;
             for (unsigned r = 0; r < n; ++r) want += static_cast<float>((i + r) % 17);
-            mpi_wrong += f[i] != want;
+            ours_wrong += f[i] != want;
           }
-          MPI_Allreduce(MPI_IN_PLACE, &mpi_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+          MPI_Allreduce(MPI_IN_PLACE, &ours_wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         }
       }
       std::size_t size = (ag ? out_count : in_count) * es;
       double algbw = size / t / 1e3, mpi_algbw = size / m / 1e3;
       if (me == 0)
         fmt::print("  {:>10} {:>10}   {:>9.2f} {:>7.2f} {:>7.2f} {:>6}   {:>9.2f} {:>7.2f} {:>7.2f} {:>6}   {:>6.2f}x\n", size,
-                   count, t, algbw, algbw * bus, mpi_wrong, m, mpi_algbw, mpi_algbw * bus, wrong, algbw / mpi_algbw);
+                   count, t, algbw, algbw * bus, ours_wrong, m, mpi_algbw, mpi_algbw * bus, disagree, algbw / mpi_algbw);
       if (bytes >= a.end) break;
     }
   } catch (const std::exception& e) {
