@@ -1,19 +1,10 @@
-#include "trainrt/runtime/dtype.hpp"
+#include "trainrt/dtype.hpp"
 
 #include <fmt/format.h>
 
 #include "trainrt/error.hpp"
 
 namespace trainrt {
-
-std::size_t size_of(DType t) {
-  switch (t) {
-    case DType::F32: case DType::I32: return 4;
-    case DType::F64: case DType::I64: return 8;
-    case DType::F16: case DType::BF16: return 2;
-  }
-  return 0;
-}
 
 const char* to_string(DType t) {
   switch (t) {
