@@ -22,6 +22,7 @@ class Fd {
     return *this;
   }
   int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }  // the caller closes it
   explicit operator bool() const { return fd_ >= 0; }
   void reset() {
     if (fd_ >= 0) ::close(fd_);

@@ -1,0 +1,79 @@
+#pragma once
+// Fault-tolerant checkpoints: save() stalls training only while registered state is copied into
+// reused staging buffers; a background thread writes this rank's shard and fsyncs it; the ranks
+// agree through the bootstrap; rank 0 commits atomically (manifest, then the `latest` pointer, each
+// written to a temporary name, fsynced, renamed, directory fsynced). Older steps are deleted only
+// after a newer commit. restore() takes the newest step every rank can verify, and reports every
+// step it skipped and why. Format: docs/checkpoint.md (versioned, no pickle).
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/dtype.hpp"
+
+namespace trainrt::checkpoint {
+
+struct Options {
+  std::string directory;                 // created if missing (one level)
+  unsigned keep_last = 2;                // committed steps kept
+  std::size_t staging_cap_bytes = std::size_t{8} << 30;  // refuse to register more than this
+  std::function<void(const std::string&)> log;           // progress and skipped-step reports
+};
+
+struct SaveResult {
+  std::uint64_t step = 0;
+  double stall_seconds = 0;    // time save() blocked the caller (the copy into staging)
+  double persist_seconds = 0;  // write + fsync + agreement + commit, in the background
+  std::uint64_t shard_bytes = 0;
+};
+
+// Replicated state (e.g. data-parallel weights) may be restored by any world size; sharded state
+// only by the world size that saved it.
+enum class Sharding { PerRank, Replicated };
+
+class Manager {
+ public:
+  Manager(bootstrap::Session& session, Options options);
+  ~Manager();  // waits for a save in flight
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+
+  // Host memory. Device memory: stage it yourself (or use the CUDA kernels' checksum) until the
+  // device path lands.
+  void register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
+                       std::vector<std::int64_t> shape, Sharding sharding = Sharding::PerRank);
+  // Opaque bytes owned by the caller (RNG state, data position, ...): saved as they are at save()
+  // time; restore() resizes and fills the vector.
+  void register_blob(const std::string& name, std::vector<std::uint8_t>* blob, Sharding sharding = Sharding::PerRank);
+
+  // Returns once the state is staged; the future completes when the step is committed on every
+  // rank, or throws trainrt::Error (then no commit happened and earlier checkpoints are intact).
+  std::shared_future<SaveResult> save(std::uint64_t step);
+  // Newest step verified on every rank, loaded into the registered buffers; -1 when none exists.
+  std::int64_t restore();
+
+  const std::string& directory() const { return options_.directory; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Options options_;
+};
+
+// Exit code of save_and_exit(): sbatch templates requeue on it (EX_TEMPFAIL).
+constexpr int kRequeueExitCode = 75;
+
+// SIGUSR1 and SIGTERM (Slurm's --signal, time limit, scancel) set a flag the loop polls.
+void install_stop_signals();
+bool should_stop();
+int stop_signal();  // the signal that arrived, 0 if none
+// Writes a final checkpoint of `step`, waits for its commit, and exits with kRequeueExitCode
+// (or 1 when the save failed).
+[[noreturn]] void save_and_exit(Manager& manager, std::uint64_t step);
+
+}  // namespace trainrt::checkpoint

@@ -1,0 +1,417 @@
+#include "trainrt/checkpoint/manager.hpp"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "files.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/kernels/cpu.hpp"
+
+namespace trainrt::checkpoint {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr char kMagic[8] = {'T', 'R', 'T', 'S', 'H', 'R', 'D', '1'};
+constexpr std::uint32_t kFormat = 1;
+constexpr std::size_t kDataAlign = 4096;
+
+std::string step_dir_name(std::uint64_t step) { return fmt::format("step_{:012}", step); }
+std::string shard_name(unsigned rank) { return fmt::format("rank_{:05}.shard", rank); }
+
+std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+bootstrap::Blob to_blob(const json& j) {
+  std::string s = j.dump();
+  return bootstrap::Blob(s.begin(), s.end());
+}
+json from_blob(const bootstrap::Blob& b) { return json::parse(std::string(b.begin(), b.end())); }
+
+struct Entry {
+  std::string name;
+  void* data = nullptr;                 // buffers; null for blobs
+  std::vector<std::uint8_t>* blob = nullptr;
+  std::size_t bytes = 0;                // buffers: fixed; blobs: at save time
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  Sharding sharding = Sharding::PerRank;
+  std::size_t staging_offset = 0;       // buffers only
+};
+
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+}  // namespace
+
+struct Manager::Impl {
+  bootstrap::Session& session;
+  Options opts;
+  std::vector<Entry> entries;
+  std::vector<std::byte> staging;  // reused by every save
+  std::vector<std::vector<std::uint8_t>> blob_staging;
+  std::thread writer;
+  std::shared_future<SaveResult> last;
+
+  Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
+
+  void log(const std::string& m) const {
+    if (opts.log) opts.log(m);
+  }
+
+  void join() {
+    if (writer.joinable()) writer.join();
+  }
+
+  // Everything this rank writes for one step, from staging.
+  SaveResult write_shard(std::uint64_t step, const std::string& dir) {
+    const auto t0 = Clock::now();
+    json header = {{"format", kFormat}, {"step", step}, {"rank", session.rank()}, {"world_size", session.size()}};
+    json list = json::array();
+    std::vector<Piece> data_pieces;
+    std::size_t offset = 0;
+    std::size_t blob_index = 0;
+    for (const auto& e : entries) {
+      const void* src = e.data ? static_cast<const void*>(staging.data() + e.staging_offset)
+                               : static_cast<const void*>(blob_staging[blob_index].data());
+      const std::size_t bytes = e.data ? e.bytes : blob_staging[blob_index++].size();
+      offset = align_up(offset, 64);
+      list.push_back({{"name", e.name},
+                      {"kind", e.data ? "buffer" : "blob"},
+                      {"dtype", to_string(e.dtype)},
+                      {"shape", e.shape},
+                      {"offset", offset},
+                      {"bytes", bytes},
+                      {"checksum", fmt::format("{:016x}", kernels::cpu::checksum(src, bytes))},
+                      {"replicated", e.sharding == Sharding::Replicated}});
+      data_pieces.push_back({src, bytes});
+      offset += bytes;
+    }
+    header["entries"] = list;
+    const std::string text = header.dump();
+    std::vector<std::uint8_t> head(align_up(16 + text.size(), kDataAlign), 0);
+    std::memcpy(head.data(), kMagic, 8);
+    std::uint32_t version = kFormat, len = static_cast<std::uint32_t>(text.size());
+    std::memcpy(head.data() + 8, &version, 4);
+    std::memcpy(head.data() + 12, &len, 4);
+    std::memcpy(head.data() + 16, text.data(), text.size());
+    std::vector<Piece> pieces{{head.data(), head.size()}};
+    std::size_t at = 0;
+    static const std::uint8_t zeros[64] = {};
+    for (std::size_t i = 0; i < data_pieces.size(); ++i) {
+      std::size_t want = list[i]["offset"].get<std::size_t>();
+      if (want > at) pieces.push_back({zeros, want - at});
+      pieces.push_back(data_pieces[i]);
+      at = want + data_pieces[i].bytes;
+    }
+    const std::string tmp = dir + "/" + shard_name(session.rank()) + ".tmp";
+    write_pieces_durably(tmp, pieces);
+    rename_durably(tmp, dir + "/" + shard_name(session.rank()));
+    SaveResult r;
+    r.step = step;
+    r.shard_bytes = head.size() + at;
+    r.persist_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+
+  // Rank 0, once every rank has synced its shard: manifest, then `latest`, then retention.
+  void commit(std::uint64_t step, const std::string& dir, const std::vector<json>& shards) {
+    json manifest = {{"format", kFormat}, {"step", step}, {"world_size", session.size()}, {"shards", shards}};
+    const std::string text = manifest.dump(2) + "\n";
+    write_file_durably(dir + "/MANIFEST.json.tmp", text.data(), text.size());
+    rename_durably(dir + "/MANIFEST.json.tmp", dir + "/MANIFEST.json");
+    const std::string pointer = step_dir_name(step) + "\n";
+    write_file_durably(opts.directory + "/latest.tmp", pointer.data(), pointer.size());
+    rename_durably(opts.directory + "/latest.tmp", opts.directory + "/latest");
+    // Retention: only now that `step` is committed may older steps go.
+    auto steps = list_steps();
+    unsigned kept = 0;
+    for (std::uint64_t s : steps) {
+      if (s > step) continue;
+      if (++kept <= opts.keep_last) continue;
+      std::string old = opts.directory + "/" + step_dir_name(s);
+      remove_tree(old);
+      log(fmt::format("checkpoint: removed step {} (keep_last={})", s, opts.keep_last));
+    }
+    fsync_directory(opts.directory);
+  }
+
+  std::vector<std::uint64_t> list_steps() const {
+    std::vector<std::uint64_t> steps;
+    DIR* d = ::opendir(opts.directory.c_str());
+    if (!d) return steps;
+    while (dirent* e = ::readdir(d)) {
+      unsigned long long s = 0;
+      char tail = 0;
+      if (std::sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1) steps.push_back(s);
+    }
+    ::closedir(d);
+    std::sort(steps.rbegin(), steps.rend());
+    return steps;
+  }
+
+  static void remove_tree(const std::string& dir) {
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) ::unlink((dir + "/" + e->d_name).c_str());
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+
+  // ------------------------------------------------------------------ restore
+  struct Loaded {
+    std::vector<std::uint8_t> file;
+    json header;
+  };
+
+  // Verifies this rank's part of `step`; returns "" or the reason it is unusable.
+  std::string verify(std::uint64_t step, Loaded& out) const {
+    const std::string dir = opts.directory + "/" + step_dir_name(step);
+    json manifest;
+    try {
+      auto m = read_file(dir + "/MANIFEST.json");
+      manifest = json::parse(std::string(m.begin(), m.end()));
+      if (manifest.at("format").get<std::uint32_t>() != kFormat || manifest.at("step").get<std::uint64_t>() != step)
+        return "MANIFEST.json has the wrong format or step";
+    } catch (const Error& e) {
+      return fmt::format("no committed manifest ({})", e.bare_what());
+    } catch (const std::exception& e) {
+      return fmt::format("MANIFEST.json is corrupt ({})", e.what());
+    }
+    const unsigned saved_world = manifest.value("world_size", 0u);
+    bool all_replicated = std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.sharding == Sharding::Replicated; });
+    unsigned source = session.rank();
+    if (saved_world != session.size()) {
+      if (!all_replicated)
+        return fmt::format("saved by {} ranks, this job has {} (only replicated state may change world size)",
+                           saved_world, session.size());
+      source = 0;  // replicated: every rank reads rank 0's shard
+    }
+    const json* shard_info = nullptr;
+    for (const auto& s : manifest.at("shards"))
+      if (s.at("rank").get<unsigned>() == source) shard_info = &s;
+    if (!shard_info) return fmt::format("manifest lists no shard for rank {}", source);
+    const std::string path = dir + "/" + shard_name(source);
+    try {
+      out.file = read_file(path);
+    } catch (const Error& e) {
+      return fmt::format("{}: {}", shard_name(source), e.bare_what());
+    }
+    if (out.file.size() != shard_info->at("bytes").get<std::uint64_t>())
+      return fmt::format("{} is {} bytes, the manifest says {}", shard_name(source), out.file.size(),
+                         shard_info->at("bytes").get<std::uint64_t>());
+    if (out.file.size() < 16 || std::memcmp(out.file.data(), kMagic, 8) != 0)
+      return fmt::format("{} has no shard header", shard_name(source));
+    std::uint32_t len = 0;
+    std::memcpy(&len, out.file.data() + 12, 4);
+    try {
+      out.header = json::parse(std::string(out.file.begin() + 16, out.file.begin() + 16 + std::min<std::size_t>(len, out.file.size() - 16)));
+    } catch (const std::exception& e) {
+      return fmt::format("{} header is corrupt ({})", shard_name(source), e.what());
+    }
+    const std::size_t data_start = align_up(16 + len, kDataAlign);
+    std::map<std::string, const json*> by_name;
+    for (const auto& e : out.header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
+    for (const auto& e : entries) {
+      auto it = by_name.find(e.name);
+      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
+      const json& j = *it->second;
+      const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
+      if (e.data && (bytes != e.bytes || j.at("dtype").get<std::string>() != to_string(e.dtype)))
+        return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
+                           j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
+      if (off + bytes > out.file.size()) return fmt::format("entry '{}' runs past the end of {}", e.name, shard_name(source));
+      std::string sum = fmt::format("{:016x}", kernels::cpu::checksum(out.file.data() + off, bytes));
+      if (sum != j.at("checksum").get<std::string>())
+        return fmt::format("entry '{}' in {} fails its checksum", e.name, shard_name(source));
+    }
+    out.header["data_start"] = data_start;
+    return {};
+  }
+
+  void load(const Loaded& l) {
+    const std::size_t data_start = l.header.at("data_start").get<std::size_t>();
+    for (auto& e : entries) {
+      for (const auto& j : l.header.at("entries")) {
+        if (j.at("name").get<std::string>() != e.name) continue;
+        const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
+        if (e.data) {
+          std::memcpy(e.data, l.file.data() + off, bytes);
+        } else {
+          e.blob->assign(l.file.begin() + static_cast<long>(off), l.file.begin() + static_cast<long>(off + bytes));
+        }
+      }
+    }
+  }
+};
+
+Manager::Manager(bootstrap::Session& session, Options options)
+    : impl_(std::make_unique<Impl>(session, options)), options_(std::move(options)) {
+  if (options_.directory.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  make_directory(options_.directory);
+  impl_->opts = options_;
+  if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"))
+    impl_->log(fmt::format("checkpoint: SLURM_RESTART_COUNT={} (rank {})", restarts, session.rank()));
+}
+
+Manager::~Manager() { impl_->join(); }
+
+void Manager::register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
+                              std::vector<std::int64_t> shape, Sharding sharding) {
+  for (const auto& e : impl_->entries)
+    if (e.name == name) throw Error(fmt::format("'{}' is registered twice", name), "checkpoint");
+  if (impl_->staging.size() + bytes > options_.staging_cap_bytes)
+    throw Error(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
+                            options_.staging_cap_bytes),
+                "checkpoint");
+  impl_->join();
+  Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, align_up(impl_->staging.size(), 64)};
+  impl_->staging.resize(e.staging_offset + bytes);
+  impl_->entries.push_back(std::move(e));
+}
+
+void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* blob, Sharding sharding) {
+  for (const auto& e : impl_->entries)
+    if (e.name == name) throw Error(fmt::format("'{}' is registered twice", name), "checkpoint");
+  impl_->join();
+  Entry e;
+  e.name = name;
+  e.blob = blob;
+  e.dtype = DType::I32;
+  e.sharding = sharding;
+  impl_->entries.push_back(std::move(e));
+}
+
+std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
+  const auto t0 = Clock::now();
+  impl_->join();  // one save in flight at a time; waiting for it counts as stall
+  // The stall: copy registered state into the reused staging buffers.
+  impl_->blob_staging.clear();
+  for (const auto& e : impl_->entries) {
+    if (e.data) std::memcpy(impl_->staging.data() + e.staging_offset, e.data, e.bytes);
+    else impl_->blob_staging.push_back(*e.blob);
+  }
+  const double stall = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto promise = std::make_shared<std::promise<SaveResult>>();
+  impl_->last = promise->get_future().share();
+  impl_->writer = std::thread([this, step, stall, promise, t0] {
+    Impl& im = *impl_;
+    const std::string dir = im.opts.directory + "/" + step_dir_name(step);
+    SaveResult result;
+    json status;
+    try {
+      make_directory(dir);
+      result = im.write_shard(step, dir);
+      status = {{"ok", true}, {"rank", im.session.rank()}, {"file", shard_name(im.session.rank())},
+                {"bytes", result.shard_bytes}};
+    } catch (const std::exception& e) {
+      status = {{"ok", false}, {"rank", im.session.rank()}, {"error", e.what()}};
+    }
+    try {
+      // Every rank reaches this agreement, failed or not, so nobody waits for a rank that gave up.
+      std::vector<json> shards;
+      std::string failures;
+      for (const auto& b : im.session.allgather(to_blob(status))) {
+        json s = from_blob(b);
+        if (s.at("ok").get<bool>()) shards.push_back(s);
+        else failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", s.at("rank").get<unsigned>(),
+                                     s.at("error").get<std::string>());
+      }
+      json commit_status = {{"ok", failures.empty()}, {"error", failures}};
+      if (im.session.rank() == 0 && failures.empty()) {
+        try {
+          for (auto& s : shards) s.erase("ok");
+          im.commit(step, dir, shards);
+        } catch (const std::exception& e) {
+          commit_status = {{"ok", false}, {"error", fmt::format("rank 0 could not commit: {}", e.what())}};
+        }
+      }
+      json decided = from_blob(im.session.broadcast(to_blob(commit_status), 0));
+      if (!decided.at("ok").get<bool>()) {
+        // Leave nothing of the failed step behind (it never had a manifest, so restore skips it anyway).
+        ::unlink((dir + "/" + shard_name(im.session.rank())).c_str());
+        ::unlink((dir + "/" + shard_name(im.session.rank()) + ".tmp").c_str());
+        ::rmdir(dir.c_str());
+        throw Error(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()), "checkpoint");
+      }
+      result.step = step;
+      result.stall_seconds = stall;
+      result.persist_seconds = std::chrono::duration<double>(Clock::now() - t0).count() - stall;
+      im.log(fmt::format("checkpoint: step {} committed ({} bytes on rank {}, stall {:.3f} s, persist {:.3f} s)", step,
+                         result.shard_bytes, im.session.rank(), stall, result.persist_seconds));
+      promise->set_value(result);
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return impl_->last;
+}
+
+std::int64_t Manager::restore() {
+  impl_->join();
+  Impl& im = *impl_;
+  // Rank 0's view of the directory decides the candidates, so all ranks walk the same list.
+  json steps = json::array();
+  if (im.session.rank() == 0)
+    for (auto s : im.list_steps()) steps.push_back(s);
+  steps = from_blob(im.session.broadcast(to_blob(steps), 0));
+  for (const auto& s : steps) {
+    const std::uint64_t step = s.get<std::uint64_t>();
+    Impl::Loaded loaded;
+    std::string why = im.verify(step, loaded);
+    json mine = {{"rank", im.session.rank()}, {"why", why}};
+    std::string reasons;
+    for (const auto& b : im.session.allgather(to_blob(mine))) {
+      json r = from_blob(b);
+      if (!r.at("why").get<std::string>().empty())
+        reasons += fmt::format("{}rank {}: {}", reasons.empty() ? "" : "; ", r.at("rank").get<unsigned>(),
+                               r.at("why").get<std::string>());
+    }
+    if (!reasons.empty()) {
+      im.log(fmt::format("checkpoint: skipped step {}: {}", step, reasons));
+      continue;
+    }
+    im.load(loaded);
+    im.log(fmt::format("checkpoint: restored step {} (rank {})", step, im.session.rank()));
+    return static_cast<std::int64_t>(step);
+  }
+  im.log("checkpoint: no usable checkpoint; starting fresh");
+  return -1;
+}
+
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool should_stop() { return g_stop_signal.load() != 0; }
+int stop_signal() { return g_stop_signal.load(); }
+
+void save_and_exit(Manager& manager, std::uint64_t step) {
+  try {
+    manager.save(step).get();
+    std::fflush(nullptr);
+    std::_Exit(kRequeueExitCode);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trainrt: final checkpoint of step %llu failed: %s\n", static_cast<unsigned long long>(step), e.what());
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }
+}
+
+}  // namespace trainrt::checkpoint

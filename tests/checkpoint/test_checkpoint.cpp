@@ -1,0 +1,208 @@
+// Single-process checkpoint behaviour: round trip, retention, and every kind of damage and
+// failure: detected, named, and restore falls back to the last good step.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "trainrt/checkpoint/manager.hpp"
+#include "trainrt/error.hpp"
+
+using namespace trainrt;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  std::string dir = (fs::temp_directory_path() / fmt::format("trainrt-ckpt-{}-{}", ::getpid(), counter++)).string();
+  std::unique_ptr<bootstrap::Session> session = bootstrap::Session::single_process();
+  std::vector<float> w = std::vector<float>(100000);
+  std::vector<double> d = std::vector<double>(7);
+  std::vector<std::uint8_t> blob;
+  std::vector<std::string> log;
+  std::unique_ptr<checkpoint::Manager> mgr;
+  static inline int counter = 0;
+
+  Fixture() {
+    fs::remove_all(dir);
+    open();
+  }
+  ~Fixture() { fs::remove_all(dir); }
+
+  void open(checkpoint::Sharding sharding = checkpoint::Sharding::PerRank) {
+    mgr.reset();
+    checkpoint::Options o;
+    o.directory = dir;
+    o.keep_last = 2;
+    o.log = [this](const std::string& m) { log.push_back(m); };
+    mgr = std::make_unique<checkpoint::Manager>(*session, o);
+    mgr->register_buffer("w", w.data(), w.size() * 4, DType::F32, {100, 1000}, sharding);
+    mgr->register_buffer("d", d.data(), d.size() * 8, DType::F64, {7}, sharding);
+    mgr->register_blob("rng", &blob, sharding);
+  }
+  void set(std::uint64_t step) {
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(step * 1000 + i % 997);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = step + i * 0.5;
+    blob.assign(step % 13 + 1, static_cast<std::uint8_t>(step));
+  }
+  bool holds(std::uint64_t step) {
+    auto w0 = w;
+    auto d0 = d;
+    auto b0 = blob;
+    set(step);
+    bool same = w0 == w && d0 == d && b0 == blob;
+    w = w0, d = d0, blob = b0;
+    return same;
+  }
+  void save(std::uint64_t step) {
+    set(step);
+    mgr->save(step).get();
+  }
+  std::string shard(std::uint64_t step) const { return dir + fmt::format("/step_{:012}/rank_00000.shard", step); }
+  std::string manifest(std::uint64_t step) const { return dir + fmt::format("/step_{:012}/MANIFEST.json", step); }
+  bool logged(const std::string& what) const {
+    for (const auto& l : log)
+      if (l.find(what) != std::string::npos) return true;
+    return false;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("save and restore round trip, latest pointer, retention", "[checkpoint]") {
+  Fixture f;
+  CHECK(f.mgr->restore() == -1);
+  for (std::uint64_t s = 1; s <= 4; ++s) f.save(s);
+
+  f.set(99);
+  CHECK(f.mgr->restore() == 4);
+  CHECK(f.holds(4));
+  CHECK_FALSE(fs::exists(f.dir + "/step_000000000002"));  // keep_last = 2
+  CHECK(fs::exists(f.dir + "/step_000000000003"));
+  std::ifstream latest(f.dir + "/latest");
+  std::string pointer;
+  latest >> pointer;
+  CHECK(pointer == "step_000000000004");
+  auto r = f.mgr->save(5).get();
+  CHECK(r.step == 5);
+  CHECK(r.stall_seconds >= 0);
+  CHECK(r.shard_bytes > 400000);
+}
+
+TEST_CASE("damaged checkpoints are detected, named, and skipped", "[checkpoint]") {
+  struct Damage {
+    const char* name;
+    std::function<void(Fixture&)> apply;
+    const char* reason;
+  };
+  std::vector<Damage> damages = {
+      {"flipped bit", [](Fixture& f) {
+         std::fstream s(f.shard(3), std::ios::in | std::ios::out | std::ios::binary);
+         s.seekg(8192);
+         char c;
+         s.read(&c, 1);
+         c ^= 0x10;
+         s.seekp(8192);
+         s.write(&c, 1);
+       }, "fails its checksum"},
+      {"truncated shard", [](Fixture& f) { fs::resize_file(f.shard(3), fs::file_size(f.shard(3)) - 100); }, "the manifest says"},
+      {"missing shard", [](Fixture& f) { fs::remove(f.shard(3)); }, "cannot open"},
+      {"corrupted manifest", [](Fixture& f) { std::ofstream(f.manifest(3)) << "{\"format\": 1, \"step\": "; }, "corrupt"},
+      {"uncommitted step", [](Fixture& f) { fs::remove(f.manifest(3)); }, "no committed manifest"},
+  };
+  for (const auto& dmg : damages) {
+    SECTION(dmg.name) {
+      Fixture f;
+      f.save(2);
+      f.save(3);
+      dmg.apply(f);
+      f.set(99);
+      CHECK(f.mgr->restore() == 2);
+      CHECK(f.holds(2));
+      CHECK(f.logged("skipped step 3"));
+      CHECK(f.logged(dmg.reason));
+    }
+  }
+}
+
+TEST_CASE("a failing write leaves earlier checkpoints intact and training goes on", "[checkpoint]") {
+  Fixture f;
+  f.save(1);
+  // RLIMIT_FSIZE makes the kernel refuse writes past 64 KiB (EFBIG), like a full disk would.
+  struct sigaction ign {}, old {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ign, &old);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small{65536, saved.rlim_max};  // soft limit only: lowering the hard one is for good
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &small) == 0);
+  f.set(2);
+  auto fut = f.mgr->save(2);
+  CHECK_THROWS_WITH(fut.get(), Catch::Contains("step 2 not committed") && Catch::Contains("File too large"));
+  REQUIRE(setrlimit(RLIMIT_FSIZE, &saved) == 0);
+  sigaction(SIGXFSZ, &old, nullptr);
+  CHECK_FALSE(fs::exists(f.dir + "/step_000000000002"));  // the failed step left nothing
+  f.set(99);
+  CHECK(f.mgr->restore() == 1);
+  CHECK(f.holds(1));
+  f.save(3);  // and the next save works again
+  CHECK(f.mgr->restore() == 3);
+}
+
+TEST_CASE("unusable directories are errors naming the path", "[checkpoint]") {
+  auto session = bootstrap::Session::single_process();
+  checkpoint::Options o;
+  o.directory = "/nonexistent-parent-trainrt/ckpt";
+  CHECK_THROWS_WITH(checkpoint::Manager(*session, o), Catch::Contains("/nonexistent-parent-trainrt/ckpt"));
+  std::string file = (fs::temp_directory_path() / fmt::format("trainrt-notadir-{}", ::getpid())).string();
+  std::ofstream(file) << "x";
+  o.directory = file + "/ckpt";
+  CHECK_THROWS_WITH(checkpoint::Manager(*session, o), Catch::Contains("Not a directory"));
+  fs::remove(file);
+  if (::geteuid() == 0) {
+    WARN("running as root: permission-denied directories cannot be provoked (root writes anywhere)");
+  } else {
+    std::string ro = (fs::temp_directory_path() / fmt::format("trainrt-ro-{}", ::getpid())).string();
+    fs::create_directory(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    o.directory = ro + "/ckpt";
+    CHECK_THROWS_WITH(checkpoint::Manager(*session, o), Catch::Contains("Permission denied"));
+    fs::permissions(ro, fs::perms::owner_all);
+    fs::remove_all(ro);
+  }
+  o.directory = "";
+  CHECK_THROWS_AS(checkpoint::Manager(*session, o), Error);
+}
+
+TEST_CASE("world-size changes: sharded state refuses, replicated state restores", "[checkpoint]") {
+  Fixture f;
+  f.save(1);
+  // Pretend step 1 was written by a 2-rank job (its shard 0 holds the replicated state).
+  std::ifstream in(f.manifest(1));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  auto pos = text.find("\"world_size\": 1");
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, 15, "\"world_size\": 2");
+  std::ofstream(f.manifest(1)) << text;
+  CHECK(f.mgr->restore() == -1);
+  CHECK(f.logged("saved by 2 ranks, this job has 1"));
+  f.open(checkpoint::Sharding::Replicated);
+  f.set(99);
+  CHECK(f.mgr->restore() == 1);
+  CHECK(f.holds(1));
+}
+
+TEST_CASE("stop signals set the flag the loop polls", "[checkpoint]") {
+  checkpoint::install_stop_signals();
+  CHECK_FALSE(checkpoint::should_stop());
+  ::raise(SIGUSR1);
+  CHECK(checkpoint::should_stop());
+  CHECK(checkpoint::stop_signal() == SIGUSR1);
+}
