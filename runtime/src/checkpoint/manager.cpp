@@ -16,7 +16,10 @@
 
 #include "files.hpp"
 #include "trainrt/error.hpp"
-#include "trainrt/kernels/cpu.hpp"
+#include <fcntl.h>
+#include <xxhash.h>
+
+#include "../fd.hpp"
 
 namespace trainrt::checkpoint {
 namespace {
@@ -92,7 +95,7 @@ struct Manager::Impl {
                       {"shape", e.shape},
                       {"offset", offset},
                       {"bytes", bytes},
-                      {"checksum", fmt::format("{:016x}", kernels::cpu::checksum(src, bytes))},
+                      {"checksum", fmt::format("{:016x}", XXH3_64bits(src, bytes))},
                       {"replicated", e.sharding == Sharding::Replicated}});
       data_pieces.push_back({src, bytes});
       offset += bytes;
@@ -171,12 +174,13 @@ struct Manager::Impl {
 
   // ------------------------------------------------------------------ restore
   struct Loaded {
-    std::vector<std::uint8_t> file;
     json header;
+    std::vector<std::vector<std::uint8_t>> blobs;  // verified blob contents, in registration order
   };
 
-  // Verifies this rank's part of `step`; returns "" or the reason it is unusable.
-  std::string verify(std::uint64_t step, Loaded& out) const {
+  // Verifies this rank's part of `step` while reading it into staging; returns "" or the reason
+  // it is unusable. The registered buffers are not touched until every rank has verified.
+  std::string verify(std::uint64_t step, Loaded& out) {
     const std::string dir = opts.directory + "/" + step_dir_name(step);
     json manifest;
     try {
@@ -203,55 +207,92 @@ struct Manager::Impl {
       if (s.at("rank").get<unsigned>() == source) shard_info = &s;
     if (!shard_info) return fmt::format("manifest lists no shard for rank {}", source);
     const std::string path = dir + "/" + shard_name(source);
-    try {
-      out.file = read_file(path);
-    } catch (const Error& e) {
-      return fmt::format("{}: {}", shard_name(source), e.bare_what());
-    }
-    if (out.file.size() != shard_info->at("bytes").get<std::uint64_t>())
-      return fmt::format("{} is {} bytes, the manifest says {}", shard_name(source), out.file.size(),
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return fmt::format("{}: cannot open: {}", shard_name(source), std::strerror(errno));
+    const std::uint64_t file_size = static_cast<std::uint64_t>(::lseek(fd.get(), 0, SEEK_END));
+    if (file_size != shard_info->at("bytes").get<std::uint64_t>())
+      return fmt::format("{} is {} bytes, the manifest says {}", shard_name(source), file_size,
                          shard_info->at("bytes").get<std::uint64_t>());
-    if (out.file.size() < 16 || std::memcmp(out.file.data(), kMagic, 8) != 0)
+    auto read_at = [&](void* dst, std::size_t bytes, std::size_t offset) {
+      std::size_t got = 0;
+      while (got < bytes) {
+        ssize_t r = ::pread(fd.get(), static_cast<char*>(dst) + got, bytes - got, static_cast<off_t>(offset + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        got += static_cast<std::size_t>(r);
+      }
+      return true;
+    };
+    char head[16];
+    if (!read_at(head, 16, 0) || std::memcmp(head, kMagic, 8) != 0)
       return fmt::format("{} has no shard header", shard_name(source));
     std::uint32_t len = 0;
-    std::memcpy(&len, out.file.data() + 12, 4);
+    std::memcpy(&len, head + 12, 4);
+    if (16 + static_cast<std::uint64_t>(len) > file_size) return fmt::format("{} header runs past the file", shard_name(source));
+    std::string text(len, '\0');
+    if (!read_at(text.data(), len, 16)) return fmt::format("{}: cannot read its header", shard_name(source));
     try {
-      out.header = json::parse(std::string(out.file.begin() + 16, out.file.begin() + 16 + std::min<std::size_t>(len, out.file.size() - 16)));
+      out.header = json::parse(text);
     } catch (const std::exception& e) {
       return fmt::format("{} header is corrupt ({})", shard_name(source), e.what());
     }
     const std::size_t data_start = align_up(16 + len, kDataAlign);
     std::map<std::string, const json*> by_name;
     for (const auto& e : out.header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
+    XXH3_state_t* state = XXH3_createState();
+    std::vector<std::uint8_t> chunk;
     for (const auto& e : entries) {
       auto it = by_name.find(e.name);
-      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
+      if (it == by_name.end()) {
+        XXH3_freeState(state);
+        return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
+      }
       const json& j = *it->second;
       const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
+      std::string problem;
       if (e.data && (bytes != e.bytes || j.at("dtype").get<std::string>() != to_string(e.dtype)))
-        return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
-                           j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
-      if (off + bytes > out.file.size()) return fmt::format("entry '{}' runs past the end of {}", e.name, shard_name(source));
-      std::string sum = fmt::format("{:016x}", kernels::cpu::checksum(out.file.data() + off, bytes));
-      if (sum != j.at("checksum").get<std::string>())
+        problem = fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
+                              j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
+      else if (off + bytes > file_size)
+        problem = fmt::format("entry '{}' runs past the end of {}", e.name, shard_name(source));
+      if (!problem.empty()) {
+        XXH3_freeState(state);
+        return problem;
+      }
+      // Read into staging (buffers) or a blob vector, hashing each 8 MiB piece while it is in cache.
+      std::uint8_t* dst;
+      if (e.data) {
+        dst = reinterpret_cast<std::uint8_t*>(staging.data() + e.staging_offset);
+      } else {
+        out.blobs.emplace_back(bytes);
+        dst = out.blobs.back().data();
+      }
+      XXH3_64bits_reset(state);
+      constexpr std::size_t kPiece = std::size_t{8} << 20;
+      for (std::size_t done = 0; done < bytes; done += kPiece) {
+        const std::size_t n = std::min(kPiece, bytes - done);
+        if (!read_at(dst + done, n, off + done)) {
+          XXH3_freeState(state);
+          return fmt::format("{}: short read in entry '{}'", shard_name(source), e.name);
+        }
+        XXH3_64bits_update(state, dst + done, n);
+      }
+      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != j.at("checksum").get<std::string>()) {
+        XXH3_freeState(state);
         return fmt::format("entry '{}' in {} fails its checksum", e.name, shard_name(source));
+      }
     }
+    XXH3_freeState(state);
     out.header["data_start"] = data_start;
     return {};
   }
 
-  void load(const Loaded& l) {
-    const std::size_t data_start = l.header.at("data_start").get<std::size_t>();
+  // Verified data sits in staging (buffers) and in `l.blobs`: copy it to its owners.
+  void load(Loaded& l) {
+    std::size_t blob = 0;
     for (auto& e : entries) {
-      for (const auto& j : l.header.at("entries")) {
-        if (j.at("name").get<std::string>() != e.name) continue;
-        const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
-        if (e.data) {
-          std::memcpy(e.data, l.file.data() + off, bytes);
-        } else {
-          e.blob->assign(l.file.begin() + static_cast<long>(off), l.file.begin() + static_cast<long>(off + bytes));
-        }
-      }
+      if (e.data) std::memcpy(e.data, staging.data() + e.staging_offset, e.bytes);
+      else *e.blob = std::move(l.blobs[blob++]);
     }
   }
 };
@@ -369,7 +410,12 @@ std::int64_t Manager::restore() {
   for (const auto& s : steps) {
     const std::uint64_t step = s.get<std::uint64_t>();
     Impl::Loaded loaded;
-    std::string why = im.verify(step, loaded);
+    std::string why;
+    try {
+      why = im.verify(step, loaded);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
     json mine = {{"rank", im.session.rank()}, {"why", why}};
     std::string reasons;
     for (const auto& b : im.session.allgather(to_blob(mine))) {
