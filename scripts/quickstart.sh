@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
 # The main job: install, build, bring up a real local Slurm cluster with the train-runtime plugin,
-# and run steps through `srun --train-runtime`. Run as root. Leaves the cluster running; stop it
-# with `bash slurm_examples/local-cluster/cluster.sh stop`.
+# show a real GPU server's placement through `srun --train-runtime=show`, then train a data-parallel
+# MLP on 4 ranks over 2 nodes (network namespaces), kill one rank midway, rerun, resume from the
+# last checkpoint, and report goodput. Run as root. Leaves the 2-node cluster running; stop it with
+# `TRAINRT_CLUSTER_DIR=/tmp/trainrt-quickstart bash slurm_examples/local-cluster/cluster.sh stop`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+command -v gnuplot >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox >/dev/null 2>&1 || echo "(gnuplot-nox not installed: no PNG plot)"; }
 bash scripts/build.sh
+export TRAINRT_CLUSTER_DIR=/tmp/trainrt-quickstart
 cluster=slurm_examples/local-cluster/cluster.sh
-shared=$(cd .. && pwd)/shared/topologies
-turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
+trainer=$PWD/build/slurm_examples/trainer/train-mlp
+turin=$(cd .. && pwd)/shared/topologies/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
 
 if [[ -f $turin ]]; then
   echo
-  echo "== A node described by a real 4x H200 server (Lenovo SD665-N V3): 4 ranks, one per GPU"
+  echo "== 1. Placement on a node described by a real 4x H200 server (Lenovo SD665-N V3): one rank per GPU"
   bash "$cluster" start --mode xml --xml "$turin"
-  eval "$(bash "$cluster" env)"
-  srun -n 4 -c 32 --gpus-per-task=1 --train-runtime=show bash -c \
-    'echo "rank $RANK/$WORLD_SIZE  GPU $TRAINRT_GPU_BUSIDS (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)  NCCL_IB_HCA=$NCCL_IB_HCA  cpus $TRAINRT_CPUS  mem NUMA $TRAINRT_MEMS  OMP_NUM_THREADS=$OMP_NUM_THREADS  $MASTER_ADDR:$MASTER_PORT"' \
+  bash "$cluster" run srun -n 4 -c 32 --gpus-per-task=1 --train-runtime=show bash -c \
+    'echo "rank $RANK/$WORLD_SIZE  GPU $TRAINRT_GPU_BUSIDS (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)  NCCL_IB_HCA=$NCCL_IB_HCA  cpus $TRAINRT_CPUS  mem NUMA $TRAINRT_MEMS  OMP_NUM_THREADS=$OMP_NUM_THREADS"' \
     | sort -k2 -n
 fi
 
 echo
-echo "== This machine (live hwloc, no GPUs): 2 ranks really bound, policy numa"
-bash "$cluster" start --mode live
-eval "$(bash "$cluster" env)"
-srun -n 2 --train-runtime=policy=numa,show bash -c \
-  'echo "rank $RANK/$WORLD_SIZE  cpus $TRAINRT_CPUS (Cpus_allowed_list $(grep Cpus_allowed_list /proc/self/status | cut -f2))  $MASTER_ADDR:$MASTER_PORT"' | sort -k2 -n
+echo "== 2. Training: 4 ranks on 2 nodes (srun --mpi=pmix --train-runtime), rank 1 killed at step 150"
+bash "$cluster" start --mode live --nodes 2
+run_dir=/tmp/trainrt-quickstart-run
+rm -rf "$run_dir"
+train() {
+  bash "$cluster" run srun -N 2 -n 4 --mpi=pmix --kill-on-bad-exit=1 --train-runtime=policy=numa,show \
+    "$trainer" --steps 300 --ckpt-every 50 --ckpt-dir "$run_dir/ckpt" --out "$run_dir/out" --fault kill:1:150
+}
+if train; then echo "(the injected failure did not happen?)"; else echo ">> the step failed fast, as injected; rerunning from the last checkpoint"; fi
 echo
-echo "The cluster is still up: eval \"\$(bash $cluster env)\"; srun --train-runtime=help true"
+echo "== 3. Rerun: resumes from the last committed checkpoint and finishes"
+train
+echo
+echo "Flight recorders of the failed run: $run_dir/out/flight_rank*.json"
+echo "The 2-node cluster is still up: TRAINRT_CLUSTER_DIR=$TRAINRT_CLUSTER_DIR bash $cluster run srun --train-runtime=help true"

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "trainrt/error.hpp"
@@ -54,8 +55,11 @@ std::unique_ptr<Runtime> init(const InitOptions& options) {
   std::string host = env_or("TRAINRT_HOST_BACKEND", rt->size == rt->local_size ? "shm" : "gloo");
   if (host == "shm")
     rt->host = make_shm_communicator(*rt->session, options.comm);
-  else if (host == "gloo")
+  else if (host == "gloo") {
+    // A peer that dies closes its sockets: let Gloo see EPIPE and report it, not SIGPIPE kill us.
+    std::signal(SIGPIPE, SIG_IGN);
     rt->host = make_gloo_communicator(*rt->session, options.comm);
+  }
   else
     throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo", host), "init");
 

@@ -1,0 +1,88 @@
+#pragma once
+// What a training job leaves behind to explain itself: a flight recorder of the last collectives
+// (dumped when something hangs), a watchdog that ends a hung rank instead of letting the step hang,
+// per-rank JSON-lines metrics and a Chrome/Perfetto trace.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace trainrt {
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(std::size_t capacity = 256) : capacity_(capacity) {}
+  std::uint64_t begin(const std::string& op, std::size_t bytes);  // returns the op's sequence number
+  void end(std::uint64_t seq);
+  std::uint64_t last_completed() const { return last_completed_.load(); }
+  // The op in flight, if any: its sequence number and how long it has been running.
+  bool in_flight(std::uint64_t& seq, std::chrono::duration<double>& age) const;
+  // JSON: {rank, reason, last_completed, in_flight, ops: [{seq, op, bytes, start_s, end_s}]}
+  void dump(const std::string& path, unsigned rank, const std::string& reason) const;
+
+ private:
+  struct Op {
+    std::uint64_t seq;
+    std::string op;
+    std::size_t bytes;
+    double start, end;  // seconds since the recorder started; end < 0 while running
+  };
+  double now() const;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::deque<Op> ops_;
+  std::uint64_t next_ = 1;
+  std::atomic<std::uint64_t> last_completed_{0};
+  std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
+};
+
+// Fires when an op stays in flight longer than `timeout`, or when no heartbeat arrives for
+// `timeout`: dumps the recorder to `dump_path` and ends the process with exit code 3, so Slurm
+// (srun --kill-on-bad-exit) ends the step instead of letting it hang.
+class Watchdog {
+ public:
+  Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path);
+  ~Watchdog();
+  void heartbeat() { last_beat_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
+
+ private:
+  const FlightRecorder& recorder_;
+  unsigned rank_;
+  std::chrono::milliseconds timeout_;
+  std::string path_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> last_beat_;
+  std::thread thread_;
+};
+
+// One JSON object per line, flushed per line so a killed rank keeps what it wrote.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  void write(const std::string& json_line);
+
+ private:
+  std::ofstream out_;
+};
+
+// Chrome trace event format ("X" complete events); loadable in chrome://tracing and Perfetto.
+class TraceWriter {
+ public:
+  TraceWriter(const std::string& path, unsigned rank);
+  ~TraceWriter();
+  void event(const std::string& name, const std::string& category, double start_s, double duration_s);
+  double now() const;
+
+ private:
+  std::ofstream out_;
+  unsigned rank_;
+  bool first_ = true;
+  std::mutex mutex_;
+  std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace trainrt

@@ -1,0 +1,122 @@
+#include "trainrt/runtime/observability.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "trainrt/error.hpp"
+
+namespace trainrt {
+
+double FlightRecorder::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+std::uint64_t FlightRecorder::begin(const std::string& op, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  const std::uint64_t seq = next_++;
+  ops_.push_back({seq, op, bytes, now(), -1});
+  while (ops_.size() > capacity_) ops_.pop_front();
+  return seq;
+}
+
+void FlightRecorder::end(std::uint64_t seq) {
+  std::lock_guard lock(mutex_);
+  for (auto it = ops_.rbegin(); it != ops_.rend(); ++it)
+    if (it->seq == seq) {
+      it->end = now();
+      break;
+    }
+  last_completed_.store(seq);
+}
+
+bool FlightRecorder::in_flight(std::uint64_t& seq, std::chrono::duration<double>& age) const {
+  std::lock_guard lock(mutex_);
+  for (auto it = ops_.rbegin(); it != ops_.rend(); ++it)
+    if (it->end < 0) {
+      seq = it->seq;
+      age = std::chrono::duration<double>(now() - it->start);
+      return true;
+    }
+  return false;
+}
+
+void FlightRecorder::dump(const std::string& path, unsigned rank, const std::string& reason) const {
+  nlohmann::json ops = nlohmann::json::array();
+  nlohmann::json flight = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& o : ops_) {
+      ops.push_back({{"seq", o.seq}, {"op", o.op}, {"bytes", o.bytes}, {"start_s", o.start},
+                     {"end_s", o.end < 0 ? nlohmann::json(nullptr) : nlohmann::json(o.end)}});
+      if (o.end < 0) flight = o.seq;
+    }
+  }
+  nlohmann::json doc = {{"rank", rank}, {"reason", reason}, {"last_completed", last_completed_.load()},
+                        {"in_flight", flight}, {"ops", ops}};
+  std::ofstream out(path);
+  out << doc.dump(2) << "\n";
+}
+
+Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path)
+    : recorder_(recorder), rank_(rank), timeout_(timeout), path_(std::move(dump_path)) {
+  heartbeat();
+  thread_ = std::thread([this] {
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::uint64_t seq = 0;
+      std::chrono::duration<double> age{};
+      const auto since_beat = std::chrono::steady_clock::now().time_since_epoch() -
+                              std::chrono::steady_clock::duration(last_beat_.load());
+      std::string reason;
+      if (recorder_.in_flight(seq, age) && age > timeout_)
+        reason = fmt::format("collective #{} in flight for {:.1f} s (timeout {} ms)", seq, age.count(), timeout_.count());
+      else if (since_beat > timeout_)
+        reason = fmt::format("no step progress for {:.1f} s (timeout {} ms)",
+                             std::chrono::duration<double>(since_beat).count(), timeout_.count());
+      if (reason.empty()) continue;
+      recorder_.dump(path_, rank_, "watchdog: " + reason);
+      std::fprintf(stderr, "trainrt: rank %u watchdog fired: %s; flight recorder in %s\n", rank_, reason.c_str(), path_.c_str());
+      std::fflush(nullptr);
+      std::_Exit(3);
+    }
+  });
+}
+
+Watchdog::~Watchdog() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) : out_(path, std::ios::app) {
+  if (!out_) throw Error("cannot open for writing", path);
+}
+
+void MetricsWriter::write(const std::string& line) {
+  out_ << line << "\n";
+  out_.flush();
+}
+
+TraceWriter::TraceWriter(const std::string& path, unsigned rank) : out_(path), rank_(rank) {
+  if (!out_) throw Error("cannot open for writing", path);
+  out_ << "[\n";
+}
+
+TraceWriter::~TraceWriter() { out_ << "\n]\n"; }
+
+double TraceWriter::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+void TraceWriter::event(const std::string& name, const std::string& category, double start_s, double duration_s) {
+  std::lock_guard lock(mutex_);
+  out_ << (first_ ? "" : ",\n")
+       << fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","ts":{:.1f},"dur":{:.1f},"pid":{},"tid":0}})", name, category,
+                      start_s * 1e6, duration_s * 1e6, rank_);
+  first_ = false;
+  out_.flush();
+}
+
+}  // namespace trainrt
