@@ -33,7 +33,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kIn = 32, kHidden = 64, kRowsPerRank = 64;
+constexpr std::size_t kIn = 32, kRowsPerRank = 64;
+std::size_t kHidden = 64;  // --hidden
 
 double epoch_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--ckpt-every", every, "checkpoint every K steps (default 20; 0: never)");
   app.add_option("--out", out_dir, "metrics, trace, flight recorder and summary go here (default .)");
   app.add_option("--lr", lr, "AdamW learning rate (default 3e-3)");
+  app.add_option("--hidden", kHidden, "hidden units (default 64; larger makes each step longer)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--watchdog", watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
   app.add_option("--fault", fault_text, "inject kill:RANK:STEP or stall:RANK:STEP:SECONDS in the first attempt (tests)");
   try {
