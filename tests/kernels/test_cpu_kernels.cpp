@@ -10,10 +10,12 @@
 
 #include "trainrt/kernels/cpu.hpp"
 #include "trainrt/kernels/element_ops.hpp"
+#include "random_data.hpp"
 #include "trainrt/kernels/half.hpp"
 
 using namespace trainrt;
 using namespace trainrt::kernels;
+using trainrt::test::random_floats;
 
 namespace {
 
@@ -36,13 +38,6 @@ double round_to_format(double x, int p, int emin, double max_finite) {
 double to_f16_ref(double x) { return round_to_format(x, 11, -14, 65504.0); }
 double to_bf16_ref(double x) { return round_to_format(x, 8, -126, 3.3895313892515355e38); }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include "trainrt/kernels/cpu.hpp"
 #include "trainrt/kernels/cuda.hpp"
+#include "random_data.hpp"
 #include "trainrt/kernels/half.hpp"
 
 using namespace trainrt;
@@ -36,13 +37,6 @@ struct DeviceBuffer {
   }
 };
 
-std::vector<float> randoms(std::size_t n, unsigned seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 }  // namespace
 
@@ -60,8 +54,8 @@ int main() {
   {
     std::mt19937 rng(1);
     std::vector<std::vector<float>> host;
-    for (int i = 0; i < 3000; ++i) host.push_back(randoms(rng() % 9, static_cast<unsigned>(i)));
-    for (auto n : sizes) host.push_back(randoms(n, static_cast<unsigned>(n)));
+    for (int i = 0; i < 3000; ++i) host.push_back(trainrt::test::random_floats(rng() % 9, static_cast<unsigned>(i)));
+    for (auto n : sizes) host.push_back(trainrt::test::random_floats(n, static_cast<unsigned>(n)));
     std::vector<std::unique_ptr<DeviceBuffer<float>>> dev;
     std::vector<ConstTensorRef> in;
     std::vector<ConstTensorRef> in_host;
@@ -89,7 +83,7 @@ int main() {
     check(same, "unpack");
   }
   for (auto n : sizes) {
-    auto x = randoms(n, 3, 1000.f);
+    auto x = trainrt::test::random_floats(n, 3, 1000.f);
     DeviceBuffer<float> dx(x);
     DeviceBuffer<std::uint16_t> dh(n);
     DeviceBuffer<int> flag(std::vector<int>{0});
@@ -107,7 +101,7 @@ int main() {
     cuda::l2_norm(dev_refs.data(), 1, DType::F32, out.ptr);
     check(out.get()[0] == want, fmt::format("l2_norm n={}: {} vs {}", n, out.get()[0], want));
     // AdamW fp32
-    auto p = randoms(n, 4), g = randoms(n, 5), m = randoms(n, 6, 0.1f), v = randoms(n, 7, 0.1f);
+    auto p = trainrt::test::random_floats(n, 4), g = trainrt::test::random_floats(n, 5), m = trainrt::test::random_floats(n, 6, 0.1f), v = trainrt::test::random_floats(n, 7, 0.1f);
     for (auto& e : v) e = std::fabs(e);
     DeviceBuffer<float> dp(p), dg(g), dm(m), dv(v);
     AdamWConfig c;

@@ -10,15 +10,8 @@ cluster=$repo/slurm_examples/local-cluster/cluster.sh
 topo=$build/topology/trainrt-topo
 if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
 
-export TRAINRT_CLUSTER_DIR=/tmp/trainrt-test-cluster-$$
-export TRAINRT_SLURMCTLD_PORT=6917 TRAINRT_SLURMD_PORT=6918
-export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
-work=$(mktemp -d)
-cd "$work" || exit 1
-trap 'bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-passed=0 failed=0
-pass() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); }
+source "$repo/tests/slurm/harness.sh"
+cluster_harness integration 6917 6918
 task_env='env | grep -E "^(CUDA_|NCCL_IB_HCA|UCX_NET|OMP_NUM|TRAINRT_|RANK=|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD|MASTER_|GROUP_RANK)" | sort | sed "s/^/R$SLURM_PROCID /"'
 
 # ---------------------------------------------------------------- a real GPU server's topology

@@ -7,14 +7,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$repo/slurm_examples/local-cluster/cluster.sh
 trainer=$build/slurm_examples/trainer/train-mlp
 if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
-export TRAINRT_CLUSTER_DIR=/tmp/trainrt-faults-cluster-$$ TRAINRT_SLURMCTLD_PORT=6927 TRAINRT_SLURMD_PORT=6928
-export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
-work=$(mktemp -d)
-cd "$work" || exit 1
-trap 'bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-passed=0 failed=0
-pass() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); }
+source "$repo/tests/slurm/harness.sh"
+cluster_harness faults 6927 6928
 bash "$cluster" start --mode live >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 run() { srun -n 4 -O --mpi=pmix --kill-on-bad-exit=1 --train-runtime=policy=numa "$trainer" --steps 120 --ckpt-every 10 "$@"; }
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | awk '{print $3, $7}'; }

@@ -1,0 +1,13 @@
+# Sourced by the Slurm test scripts: a private cluster (by directory and ports), a scratch folder
+# that is the working directory, cleanup on exit, and pass/fail counting.
+#   cluster_harness NAME CTLD_PORT SLURMD_PORT   (needs $cluster set)
+cluster_harness() {
+  export TRAINRT_CLUSTER_DIR=/tmp/trainrt-$1-cluster-$$ TRAINRT_SLURMCTLD_PORT=$2 TRAINRT_SLURMD_PORT=$3
+  export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
+  work=$(mktemp -d)
+  cd "$work" || exit 1
+  trap 'bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+  passed=0 failed=0
+}
+pass() { echo "ok: $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL: $1"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); }
