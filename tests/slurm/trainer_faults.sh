@@ -70,5 +70,25 @@ if grep -q "step failed (exit" <<<"$out" && grep -q "training finished" <<<"$out
   pass "train.sbatch: a rank killed at step 64, the template reran the step, it resumed at 60 and matched bitwise"
 else fail "train.sbatch rerun" "$(tail -8 <<<"$out")"; fi
 
+# --signal=B:USR1 before the time limit: the template forwards it, the ranks commit a final
+# checkpoint and exit 75, the template requeues the job, and the requeued job resumes from it.
+export RUN_DIR=$work/requeue
+jobid=$(sbatch --parsable -n 4 -O --train-runtime=policy=numa -o "$work/requeue.out" "$repo/slurm_examples/train.sbatch" \
+        --steps 6000 --ckpt-every 500)
+for _ in $(seq 1 100); do grep -q "^step   200 " "$work/requeue.out" 2>/dev/null && break; sleep 0.2; done
+scancel --batch --signal=USR1 "$jobid"
+for _ in $(seq 1 100); do grep -q "requeueing job" "$work/requeue.out" 2>/dev/null && break; sleep 0.2; done
+# Skip Slurm's requeue hold-off, but only once the first run's step daemons have gone: the
+# requeued job reuses the job id, and so the step ids.
+for _ in $(seq 1 150); do pgrep -f "slurmstepd: \[$jobid\." >/dev/null || break; sleep 0.2; done
+scontrol update JobId="$jobid" StartTime=now >/dev/null 2>&1
+for _ in $(seq 1 300); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+out=$(cat "$work/requeue.out" 2>/dev/null)
+stopped=$(grep -o "stop signal at step [0-9]*" <<<"$out" | awk '{print $5}')
+if [[ -n $stopped ]] && grep -q "exit code 75" <<<"$out" && grep -q "requeueing job" <<<"$out" &&
+   grep -q "restart 1 on" <<<"$out" && grep -q "restored step $stopped " <<<"$out" && grep -q "FINAL step 6000 " <<<"$out"; then
+  pass "requeue: USR1 to the batch shell, final checkpoint at step $stopped, job requeued (restart 1), resumed and finished"
+else fail "requeue" "$(grep -vE '^step|removed|committed' <<<"$out" | tail -12)"; fi
+
 echo "trainer faults: $passed passed, $failed failed"
 exit $((failed > 0))
