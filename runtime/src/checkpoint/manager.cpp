@@ -20,6 +20,7 @@
 #include <xxhash.h>
 
 #include "../fd.hpp"
+#include "trainrt/kernels/cpu.hpp"
 
 namespace trainrt::checkpoint {
 namespace {
@@ -291,8 +292,12 @@ struct Manager::Impl {
   void load(Loaded& l) {
     std::size_t blob = 0;
     for (auto& e : entries) {
-      if (e.data) std::memcpy(e.data, staging.data() + e.staging_offset, e.bytes);
-      else *e.blob = std::move(l.blobs[blob++]);
+      if (e.data) {
+        kernels::TensorRef ref{e.data, e.bytes / size_of(e.dtype)};
+        kernels::cpu::unpack(staging.data() + e.staging_offset, &ref, 1, e.dtype);
+      } else {
+        *e.blob = std::move(l.blobs[blob++]);
+      }
     }
   }
 };
@@ -316,6 +321,8 @@ void Manager::register_buffer(const std::string& name, void* data, std::size_t b
     throw Error(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
                             options_.staging_cap_bytes),
                 "checkpoint");
+  if (bytes % size_of(dtype) != 0)
+    throw Error(fmt::format("'{}' is {} bytes, not a whole number of {} elements", name, bytes, to_string(dtype)), "checkpoint");
   impl_->join();
   Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, align_up(impl_->staging.size(), 64)};
   impl_->staging.resize(e.staging_offset + bytes);
@@ -340,8 +347,13 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
   // The stall: copy registered state into the reused staging buffers.
   impl_->blob_staging.clear();
   for (const auto& e : impl_->entries) {
-    if (e.data) std::memcpy(impl_->staging.data() + e.staging_offset, e.data, e.bytes);
-    else impl_->blob_staging.push_back(*e.blob);
+    if (e.data) {
+      // The bucket-pack kernel's CPU twin: staging is one flat bucket of every registered buffer.
+      kernels::ConstTensorRef ref{e.data, e.bytes / size_of(e.dtype)};
+      kernels::cpu::pack(&ref, 1, e.dtype, impl_->staging.data() + e.staging_offset);
+    } else {
+      impl_->blob_staging.push_back(*e.blob);
+    }
   }
   const double stall = std::chrono::duration<double>(Clock::now() - t0).count();
   auto promise = std::make_shared<std::promise<SaveResult>>();
