@@ -92,7 +92,7 @@ void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::ui
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address)
+  GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
       : rank_(session.rank()), size_(session.size()) {
     if (address.empty()) {
       const char* node = std::getenv("SLURMD_NODENAME");
@@ -106,7 +106,7 @@ class GlooCommunicator final : public Communicator {
       auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
       ctx->setTimeout(options.timeout);
       static unsigned contexts = 0;  // distinct keys for every Gloo communicator of this process
-      BootstrapStore store(session, fmt::format("gloo{}.", contexts++));
+      BootstrapStore store(session, tag.empty() ? fmt::format("gloo{}.", contexts++) : "gloo-" + tag + ".");
       ctx->connectFullMesh(store, device);
       context_ = ctx;
     } catch (const Error&) {
@@ -229,8 +229,8 @@ class GlooCommunicator final : public Communicator {
 bool gloo_available() { return true; }
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
-                                                     const std::string& address) {
-  return std::make_unique<GlooCommunicator>(session, options, address);
+                                                     const std::string& address, const std::string& tag) {
+  return std::make_unique<GlooCommunicator>(session, options, address, tag);
 }
 
 }  // namespace trainrt

@@ -7,6 +7,7 @@
 
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/gloo_communicator.hpp"
+#include "trainrt/runtime/hierarchical_communicator.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
 #include "trainrt/runtime/shm_communicator.hpp"
 
@@ -51,17 +52,18 @@ std::unique_ptr<Runtime> init(const InitOptions& options) {
   if (std::string lr = env_or("TRAINRT_LOCAL_RANK"); !lr.empty() && std::stoul(lr) != rt->local_rank)
     throw Error(fmt::format("TRAINRT_LOCAL_RANK={} but PMIx says local rank {}", lr, rt->local_rank), "init");
 
-  // TRAINRT_HOST_BACKEND=shm|gloo overrides the choice (shm needs a single-node world).
-  std::string host = env_or("TRAINRT_HOST_BACKEND", rt->size == rt->local_size ? "shm" : "gloo");
+  // TRAINRT_HOST_BACKEND=shm|gloo|hierarchical overrides the choice (shm needs a single-node world).
+  std::string host = env_or("TRAINRT_HOST_BACKEND", rt->size == rt->local_size ? "shm" : "hierarchical");
+  // A peer that dies closes its sockets: let Gloo see EPIPE and report it, not SIGPIPE kill us.
+  if (host != "shm") std::signal(SIGPIPE, SIG_IGN);
   if (host == "shm")
     rt->host = make_shm_communicator(*rt->session, options.comm);
-  else if (host == "gloo") {
-    // A peer that dies closes its sockets: let Gloo see EPIPE and report it, not SIGPIPE kill us.
-    std::signal(SIGPIPE, SIG_IGN);
+  else if (host == "gloo")
     rt->host = make_gloo_communicator(*rt->session, options.comm);
-  }
+  else if (host == "hierarchical")
+    rt->host = make_hierarchical_communicator(*rt->session, options.comm);
   else
-    throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo", host), "init");
+    throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
 
   const bool want = options.nccl == DeviceComm::Required || (options.nccl == DeviceComm::Auto && nccl_available());
   if (options.nccl == DeviceComm::Required && !nccl_available())

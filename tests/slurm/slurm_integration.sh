@@ -179,9 +179,13 @@ rdv trt-n2 R=3 LR=1 WS=4 LWS=2 N=1/2"
     pass "2 nodes: RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR consistent; every rank reached MASTER_ADDR:MASTER_PORT"
   else fail "2 nodes" "$out"; fi
   out=$(run srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa "$build/tests/runtime/collectives_mp" init 2>&1); rc=$?
+  if [[ $rc -eq 0 && $(grep -c "host backend shm+gloo.* 0 failed" <<<"$out") -eq 4 ]]; then
+    pass "2 nodes: trainrt::init() picks shared memory in each node + Gloo between leaders; every collective verified"
+  else fail "2-node hierarchical collectives (rc=$rc)" "$(tail -5 <<<"$out")"; fi
+  out=$(run srun -N 2 -n 4 --mpi=pmix --export=ALL,TRAINRT_HOST_BACKEND=gloo "$build/tests/runtime/collectives_mp" init 2>&1); rc=$?
   if [[ $rc -eq 0 && $(grep -c "host backend gloo.* 0 failed" <<<"$out") -eq 4 ]]; then
-    pass "2 nodes: trainrt::init() picks Gloo (rendezvoused over PMIx); every collective verified"
-  else fail "2-node collectives (rc=$rc)" "$(tail -5 <<<"$out")"; fi
+    pass "2 nodes: plain Gloo (rendezvoused over PMIx); every collective verified"
+  else fail "2-node gloo collectives (rc=$rc)" "$(tail -5 <<<"$out")"; fi
   if [[ -x $build/tests/runtime/nccl_mp ]]; then
     out=$(run srun -N 2 -n 4 --mpi=pmix "$build/tests/runtime/nccl_mp" uid 2>&1)
     [[ $(grep -c UID-OK <<<"$out") -eq 4 ]] && pass "2 nodes: NCCL unique id handed to every rank over PMIx" ||

@@ -11,8 +11,10 @@ namespace trainrt {
 
 bool gloo_available();
 // `address`: the host name or IP this rank listens on (reachable from the other nodes); empty:
-// SLURMD_NODENAME, else the host name.
+// SLURMD_NODENAME, else the host name. `tag` names the rendezvous keys; every member must pass the
+// same one (empty: a per-process counter, right when every rank creates the same communicators in
+// the same order).
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options = {},
-                                                     const std::string& address = {});
+                                                     const std::string& address = {}, const std::string& tag = {});
 
 }  // namespace trainrt

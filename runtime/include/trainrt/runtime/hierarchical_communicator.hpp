@@ -1,0 +1,14 @@
+#pragma once
+// The host backend of a multi-node world: allreduce reduces inside each node over shared memory,
+// across nodes among the node leaders over Gloo, and broadcasts back over shared memory, so only
+// one rank per node touches the network. The other collectives use Gloo across all ranks.
+#include <memory>
+
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/runtime/communicator.hpp"
+
+namespace trainrt {
+
+std::unique_ptr<Communicator> make_hierarchical_communicator(bootstrap::Session& session, const CommOptions& options = {});
+
+}  // namespace trainrt

@@ -1,0 +1,108 @@
+#include "trainrt/runtime/hierarchical_communicator.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "progress_thread.hpp"
+#include "sub_session.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/kernels/half.hpp"
+#include "trainrt/runtime/gloo_communicator.hpp"
+#include "trainrt/runtime/shm_communicator.hpp"
+
+namespace trainrt {
+namespace {
+
+template <typename T>
+void divide(void* buf, std::size_t count, unsigned n) {
+  T* p = static_cast<T*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+}
+
+void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::uint16_t), std::uint16_t (*store)(float)) {
+  auto* p = static_cast<std::uint16_t*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = store(load(p[i]) / static_cast<float>(n));
+}
+
+void divide_by(void* buf, std::size_t count, DType t, unsigned n) {
+  switch (t) {
+    case DType::F32: return divide<float>(buf, count, n);
+    case DType::F64: return divide<double>(buf, count, n);
+    case DType::I32: return divide<std::int32_t>(buf, count, n);
+    case DType::I64: return divide<std::int64_t>(buf, count, n);
+    case DType::F16: return divide_half(buf, count, n, kernels::f16_to_f32, kernels::f32_to_f16);
+    case DType::BF16: return divide_half(buf, count, n, kernels::bf16_to_f32, kernels::f32_to_bf16);
+  }
+}
+
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  HierarchicalCommunicator(bootstrap::Session& session, const CommOptions& options)
+      : rank_(session.rank()), size_(session.size()) {
+    // Group ranks by node id, learnt from everyone.
+    std::uint32_t mine = session.node_id();
+    std::map<std::uint32_t, std::vector<unsigned>> by_node;
+    auto all = session.allgather({reinterpret_cast<const std::uint8_t*>(&mine), sizeof mine});
+    for (unsigned r = 0; r < all.size(); ++r) {
+      std::uint32_t node = 0;
+      std::memcpy(&node, all[r].data(), sizeof node);
+      by_node[node].push_back(r);
+    }
+    std::vector<unsigned> leaders;
+    for (const auto& [node, ranks] : by_node) leaders.push_back(ranks.front());
+    local_session_ = std::make_unique<SubSession>(session, by_node.at(mine));
+    leader_session_ = std::make_unique<SubSession>(session, leaders);
+    // Every rank takes part in building every node's shared-memory group (parent allgathers).
+    local_ = make_shm_communicator(*local_session_, options);
+    static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
+    const unsigned id = instances++;
+    if (leader_session_->is_member())
+      leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id));
+    all_ = make_gloo_communicator(session, options, {}, fmt::format("hier{}-all", id));
+  }
+
+  unsigned rank() const override { return rank_; }
+  unsigned size() const override { return size_; }
+  std::string backend() const override { return "shm+gloo"; }
+
+  Work allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return progress_.run(
+        [=, this] {
+          const ReduceOp phase_op = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+          local_->allreduce(in, out, count, t, phase_op).wait();
+          if (leaders_) leaders_->allreduce(out, out, count, t, phase_op).wait();
+          local_->broadcast(out, count, t, 0).wait();
+          if (op == ReduceOp::Avg) divide_by(out, count, t, size_);
+        },
+        mode);
+  }
+  Work reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return progress_.run([=, this] { all_->reduce_scatter(in, out, count, t, op).wait(); }, mode);
+  }
+  Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
+    return progress_.run([=, this] { all_->allgather(in, out, count, t).wait(); }, mode);
+  }
+  Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
+    return progress_.run([=, this] { all_->broadcast(buf, count, t, root).wait(); }, mode);
+  }
+  Work barrier(Mode mode) override {
+    return progress_.run([this] { all_->barrier().wait(); }, mode);
+  }
+
+ private:
+  unsigned rank_, size_;
+  std::unique_ptr<SubSession> local_session_, leader_session_;
+  std::unique_ptr<Communicator> local_, leaders_, all_;
+  ProgressThread progress_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_hierarchical_communicator(bootstrap::Session& session, const CommOptions& options) {
+  return std::make_unique<HierarchicalCommunicator>(session, options);
+}
+
+}  // namespace trainrt
