@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "device_copy.hpp"
 #include "files.hpp"
 #include "trainrt/error.hpp"
 #include <fcntl.h>
@@ -50,7 +51,8 @@ struct Entry {
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   Sharding sharding = Sharding::PerRank;
-  std::size_t staging_offset = 0;       // buffers only
+  std::size_t staging_offset = 0;       // host buffers only
+  void* pinned = nullptr;               // device buffers: their pinned host staging
 };
 
 std::atomic<int> g_stop_signal{0};
@@ -62,12 +64,21 @@ struct Manager::Impl {
   bootstrap::Session& session;
   Options opts;
   std::vector<Entry> entries;
-  std::vector<std::byte> staging;  // reused by every save
+  std::vector<std::byte> staging;  // host buffers' staging, reused by every save
+  std::size_t staged_bytes = 0;    // host and pinned staging together, against the cap
   std::vector<std::vector<std::uint8_t>> blob_staging;
   std::thread writer;
   std::shared_future<SaveResult> last;
 
   Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
+  ~Impl() {
+    for (auto& e : entries) pinned_free(e.pinned);
+  }
+
+  // Where an entry's bytes wait between the caller's memory and the file.
+  std::byte* staged(const Entry& e) {
+    return e.pinned ? static_cast<std::byte*>(e.pinned) : staging.data() + e.staging_offset;
+  }
 
   void log(const std::string& m) const {
     if (opts.log) opts.log(m);
@@ -86,7 +97,7 @@ struct Manager::Impl {
     std::size_t offset = 0;
     std::size_t blob_index = 0;
     for (const auto& e : entries) {
-      const void* src = e.data ? static_cast<const void*>(staging.data() + e.staging_offset)
+      const void* src = e.data ? static_cast<const void*>(staged(e))
                                : static_cast<const void*>(blob_staging[blob_index].data());
       const std::size_t bytes = e.data ? e.bytes : blob_staging[blob_index++].size();
       offset = align_up(offset, 64);
@@ -263,7 +274,7 @@ struct Manager::Impl {
       // Read into staging (buffers) or a blob vector, hashing each 8 MiB piece while it is in cache.
       std::uint8_t* dst;
       if (e.data) {
-        dst = reinterpret_cast<std::uint8_t*>(staging.data() + e.staging_offset);
+        dst = reinterpret_cast<std::uint8_t*>(staged(e));
       } else {
         out.blobs.emplace_back(bytes);
         dst = out.blobs.back().data();
@@ -292,7 +303,9 @@ struct Manager::Impl {
   void load(Loaded& l) {
     std::size_t blob = 0;
     for (auto& e : entries) {
-      if (e.data) {
+      if (e.pinned) {
+        copy_host_to_device(e.data, e.pinned, e.bytes);
+      } else if (e.data) {
         kernels::TensorRef ref{e.data, e.bytes / size_of(e.dtype)};
         kernels::cpu::unpack(staging.data() + e.staging_offset, &ref, 1, e.dtype);
       } else {
@@ -314,18 +327,24 @@ Manager::Manager(bootstrap::Session& session, Options options)
 Manager::~Manager() { impl_->join(); }
 
 void Manager::register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
-                              std::vector<std::int64_t> shape, Sharding sharding) {
+                              std::vector<std::int64_t> shape, Sharding sharding, Location where) {
   for (const auto& e : impl_->entries)
     if (e.name == name) throw Error(fmt::format("'{}' is registered twice", name), "checkpoint");
-  if (impl_->staging.size() + bytes > options_.staging_cap_bytes)
+  if (impl_->staged_bytes + bytes > options_.staging_cap_bytes)
     throw Error(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
                             options_.staging_cap_bytes),
                 "checkpoint");
   if (bytes % size_of(dtype) != 0)
     throw Error(fmt::format("'{}' is {} bytes, not a whole number of {} elements", name, bytes, to_string(dtype)), "checkpoint");
   impl_->join();
-  Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, align_up(impl_->staging.size(), 64)};
-  impl_->staging.resize(e.staging_offset + bytes);
+  Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, 0, nullptr};
+  impl_->staged_bytes += bytes;
+  if (where == Location::Device) {
+    e.pinned = pinned_alloc(bytes);
+  } else {
+    e.staging_offset = align_up(impl_->staging.size(), 64);
+    impl_->staging.resize(e.staging_offset + bytes);
+  }
   impl_->entries.push_back(std::move(e));
 }
 
@@ -347,7 +366,9 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
   // The stall: copy registered state into the reused staging buffers.
   impl_->blob_staging.clear();
   for (const auto& e : impl_->entries) {
-    if (e.data) {
+    if (e.pinned) {
+      copy_device_to_host(e.pinned, e.data, e.bytes);
+    } else if (e.data) {
       // The bucket-pack kernel's CPU twin: staging is one flat bucket of every registered buffer.
       kernels::ConstTensorRef ref{e.data, e.bytes / size_of(e.dtype)};
       kernels::cpu::pack(&ref, 1, e.dtype, impl_->staging.data() + e.staging_offset);

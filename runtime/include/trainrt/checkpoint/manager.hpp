@@ -36,6 +36,10 @@ struct SaveResult {
 // only by the world size that saved it.
 enum class Sharding { PerRank, Replicated };
 
+// Where a registered buffer lives. Device buffers are staged through pinned host memory
+// (cudaMallocHost, allocated at registration): the save stall is their device-to-host copy.
+enum class Location { Host, Device };
+
 class Manager {
  public:
   Manager(bootstrap::Session& session, Options options);
@@ -43,10 +47,10 @@ class Manager {
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
 
-  // Host memory. Device memory: stage it yourself (or use the CUDA kernels' checksum) until the
-  // device path lands.
+  // `data` is host memory, or device memory with Location::Device (a CUDA build is needed then).
   void register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
-                       std::vector<std::int64_t> shape, Sharding sharding = Sharding::PerRank);
+                       std::vector<std::int64_t> shape, Sharding sharding = Sharding::PerRank,
+                       Location where = Location::Host);
   // Opaque bytes owned by the caller (RNG state, data position, ...): saved as they are at save()
   // time; restore() resizes and fills the vector.
   void register_blob(const std::string& name, std::vector<std::uint8_t>* blob, Sharding sharding = Sharding::PerRank);
