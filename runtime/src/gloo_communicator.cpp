@@ -18,6 +18,7 @@
 #include "progress_thread.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
+#include "trainrt/runtime/reduce.hpp"
 
 namespace trainrt {
 namespace {
@@ -77,17 +78,6 @@ gloo::AllreduceOptions::Func make_reduce(ReduceOp op) {
 template <typename T>
 T same(T v) {
   return v;
-}
-
-template <typename T>
-void divide(void* buf, std::size_t count, unsigned n) {
-  T* p = static_cast<T*>(buf);
-  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
-}
-
-void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::uint16_t), std::uint16_t (*store)(float)) {
-  auto* p = static_cast<std::uint16_t*>(buf);
-  for (std::size_t i = 0; i < count; ++i) p[i] = store(load(p[i]) / static_cast<float>(n));
 }
 
 class GlooCommunicator final : public Communicator {
@@ -208,15 +198,7 @@ class GlooCommunicator final : public Communicator {
       case DType::F16: run_allreduce<std::uint16_t>(in, out, count, make_reduce<std::uint16_t, float, f16_to_f32, f32_to_f16>(op)); break;
       case DType::BF16: run_allreduce<std::uint16_t>(in, out, count, make_reduce<std::uint16_t, float, bf16_to_f32, f32_to_bf16>(op)); break;
     }
-    if (op != ReduceOp::Avg) return;
-    switch (t) {
-      case DType::F32: divide<float>(out, count, size_); break;
-      case DType::F64: divide<double>(out, count, size_); break;
-      case DType::I32: divide<std::int32_t>(out, count, size_); break;
-      case DType::I64: divide<std::int64_t>(out, count, size_); break;
-      case DType::F16: divide_half(out, count, size_, f16_to_f32, f32_to_f16); break;
-      case DType::BF16: divide_half(out, count, size_, bf16_to_f32, f32_to_bf16); break;
-    }
+    if (op == ReduceOp::Avg) divide_in_place(out, count, t, size_);
   }
 
   unsigned rank_, size_;

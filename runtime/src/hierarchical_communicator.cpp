@@ -9,34 +9,12 @@
 #include "progress_thread.hpp"
 #include "sub_session.hpp"
 #include "trainrt/error.hpp"
-#include "trainrt/kernels/half.hpp"
+#include "trainrt/runtime/reduce.hpp"
 #include "trainrt/runtime/gloo_communicator.hpp"
 #include "trainrt/runtime/shm_communicator.hpp"
 
 namespace trainrt {
 namespace {
-
-template <typename T>
-void divide(void* buf, std::size_t count, unsigned n) {
-  T* p = static_cast<T*>(buf);
-  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
-}
-
-void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::uint16_t), std::uint16_t (*store)(float)) {
-  auto* p = static_cast<std::uint16_t*>(buf);
-  for (std::size_t i = 0; i < count; ++i) p[i] = store(load(p[i]) / static_cast<float>(n));
-}
-
-void divide_by(void* buf, std::size_t count, DType t, unsigned n) {
-  switch (t) {
-    case DType::F32: return divide<float>(buf, count, n);
-    case DType::F64: return divide<double>(buf, count, n);
-    case DType::I32: return divide<std::int32_t>(buf, count, n);
-    case DType::I64: return divide<std::int64_t>(buf, count, n);
-    case DType::F16: return divide_half(buf, count, n, kernels::f16_to_f32, kernels::f32_to_f16);
-    case DType::BF16: return divide_half(buf, count, n, kernels::bf16_to_f32, kernels::f32_to_bf16);
-  }
-}
 
 class HierarchicalCommunicator final : public Communicator {
  public:
@@ -75,7 +53,7 @@ class HierarchicalCommunicator final : public Communicator {
           local_->allreduce(in, out, count, t, phase_op).wait();
           if (leaders_) leaders_->allreduce(out, out, count, t, phase_op).wait();
           local_->broadcast(out, count, t, 0).wait();
-          if (op == ReduceOp::Avg) divide_by(out, count, t, size_);
+          if (op == ReduceOp::Avg) divide_in_place(out, count, t, size_);
         },
         mode);
   }

@@ -49,7 +49,29 @@ void reduce_plain(const void* const* inputs, std::size_t n, void* out, std::size
   reduce_typed<T, T>(inputs, n, out, count, op, divisor, [](T v) { return v; }, [](T v) { return v; });
 }
 
+template <typename T>
+void divide_plain(void* buf, std::size_t count, unsigned n) {
+  T* p = static_cast<T*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+}
+
+void divide_half(void* buf, std::size_t count, unsigned n, float (*load)(std::uint16_t), std::uint16_t (*store)(float)) {
+  auto* p = static_cast<std::uint16_t*>(buf);
+  for (std::size_t i = 0; i < count; ++i) p[i] = store(load(p[i]) / static_cast<float>(n));
+}
+
 }  // namespace
+
+void divide_in_place(void* buf, std::size_t count, DType t, unsigned n) {
+  switch (t) {
+    case DType::F32: return divide_plain<float>(buf, count, n);
+    case DType::F64: return divide_plain<double>(buf, count, n);
+    case DType::I32: return divide_plain<std::int32_t>(buf, count, n);
+    case DType::I64: return divide_plain<std::int64_t>(buf, count, n);
+    case DType::F16: return divide_half(buf, count, n, kernels::f16_to_f32, kernels::f32_to_f16);
+    case DType::BF16: return divide_half(buf, count, n, kernels::bf16_to_f32, kernels::f32_to_bf16);
+  }
+}
 
 void reduce_inputs(const void* const* inputs, std::size_t n, void* out, std::size_t count, DType dtype, ReduceOp op,
                    std::size_t divisor) {

@@ -11,4 +11,8 @@ namespace trainrt {
 void reduce_inputs(const void* const* inputs, std::size_t n_inputs, void* out, std::size_t count, DType dtype,
                    ReduceOp op, std::size_t divisor);
 
+// buf[i] /= divisor, the last step of an avg that was reduced as a sum elsewhere (Gloo, across
+// nodes): f16/bf16 divide in f32 and round once; integers truncate.
+void divide_in_place(void* buf, std::size_t count, DType dtype, unsigned divisor);
+
 }  // namespace trainrt
