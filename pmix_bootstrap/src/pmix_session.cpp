@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "session_impl.hpp"
+#include "trainrt/strings.hpp"
 
 namespace trainrt::bootstrap {
 namespace {
@@ -53,13 +54,9 @@ class PmixSession final : public Session {
     node_id_ = get_u32(me_, PMIX_NODEID);
     ValuePtr peers;
     if (PMIx_Get(&all_, PMIX_LOCAL_PEERS, nullptr, 0, &peers.v) == PMIX_SUCCESS && peers.v->type == PMIX_STRING) {
-      std::string list = peers.v->data.string;
-      std::size_t pos = 0;
-      while (pos < list.size()) {
-        std::size_t comma = std::min(list.find(',', pos), list.size());
-        local_peers_.push_back(static_cast<unsigned>(std::stoul(list.substr(pos, comma - pos))));
-        pos = comma + 1;
-      }
+      auto parts = split(peers.v->data.string, ',');
+      if (parts.back().empty()) parts.pop_back();  // "" and a trailing comma name no rank
+      for (auto part : parts) local_peers_.push_back(static_cast<unsigned>(std::stoul(std::string(part))));
     }
     if (local_peers_.empty()) local_peers_ = {me_.rank};
   }

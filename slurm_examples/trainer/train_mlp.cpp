@@ -23,6 +23,7 @@
 #include "goodput.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 #include "trainrt/kernels/cpu.hpp"
 #include "trainrt/runtime/bucketer.hpp"
 #include "trainrt/runtime/init.hpp"
@@ -65,12 +66,7 @@ struct Fault {
 Fault parse_fault(const std::string& text) {
   Fault f;
   std::vector<std::string> parts;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t c = std::min(text.find(':', pos), text.size());
-    parts.push_back(text.substr(pos, c - pos));
-    pos = c + 1;
-  }
+  for (auto part : split(text, ':')) parts.emplace_back(part);
   try {
     if (parts.size() == 3 && parts[0] == "kill") return {"kill", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), 0};
     if (parts.size() == 4 && parts[0] == "stall")
@@ -154,12 +150,10 @@ int main(int argc, char** argv) {
     reg("adam_m", m);
     reg("adam_v", v);
     ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
-    const double t_restore = trace.now();
     std::int64_t restored = ckpt.restore();
     std::uint64_t done = 0;
     if (restored >= 0) std::memcpy(&done, step_blob.data(), 8);
     trace.event("startup+restore", "startup", 0, trace.now());
-    (void)t_restore;
     metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{}}})",
                               run_start, done, world, rt->restart_count));
     if (rank == 0)

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
 namespace {
@@ -29,17 +30,6 @@ std::string printable(std::string_view s) {
     }
   }
   return out;
-}
-
-std::vector<std::string_view> split(std::string_view text, char sep) {
-  std::vector<std::string_view> parts;
-  std::size_t pos = 0;
-  while (true) {
-    std::size_t at = text.find(sep, pos);
-    parts.push_back(text.substr(pos, at == std::string_view::npos ? std::string_view::npos : at - pos));
-    if (at == std::string_view::npos) return parts;
-    pos = at + 1;
-  }
 }
 
 }  // namespace

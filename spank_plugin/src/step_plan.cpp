@@ -5,20 +5,17 @@
 #include <algorithm>
 
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 #include "trainrt/topology/render.hpp"
 
 namespace trainrt::spank {
 namespace {
 
+// Slurm's lists: "" is no item, a trailing comma adds none.
 std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos < text.size()) {
-    std::size_t comma = std::min(text.find(',', pos), text.size());
-    out.push_back(text.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
+  auto parts = split(text, ',');
+  if (parts.back().empty()) parts.pop_back();
+  return {parts.begin(), parts.end()};
 }
 
 topo::CpuSet allowed_cpus(const topo::Node& node, const StepFacts& f) {

@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 
 namespace trainrt::topo {
 namespace {
@@ -36,11 +37,7 @@ CpuSet CpuSet::range(unsigned first, unsigned last) {
 CpuSet CpuSet::parse_list(std::string_view text) {
   CpuSet s;
   if (text.empty()) throw Error("empty CPU list", "cpu list");
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    std::size_t comma = text.find(',', pos);
-    if (comma == std::string_view::npos) comma = text.size();
-    std::string_view item = text.substr(pos, comma - pos);
+  for (std::string_view item : split(text, ',')) {
     std::size_t dash = item.find('-');
     if (dash == std::string_view::npos) {
       s.set(parse_cpu_number(item, text));
@@ -51,20 +48,12 @@ CpuSet CpuSet::parse_list(std::string_view text) {
         throw Error(fmt::format("range '{}' runs backwards", item), fmt::format("cpu list '{}'", text));
       for (unsigned c = lo; c <= hi; ++c) s.set(c);
     }
-    pos = comma + 1;
   }
   return s;
 }
 
 CpuSet CpuSet::parse_hex_mask(std::string_view text) {
-  std::vector<std::string_view> parts;
-  std::size_t pos = 0;
-  while (true) {
-    std::size_t comma = text.find(',', pos);
-    parts.push_back(text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos));
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
+  const std::vector<std::string_view> parts = split(text, ',');
   CpuSet s;
   unsigned word_index = 0;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it, ++word_index) {

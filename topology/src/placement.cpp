@@ -7,6 +7,7 @@
 
 #include "node_builder.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 
 namespace trainrt::topo {
 namespace {
@@ -174,16 +175,13 @@ const char* to_string(Policy policy) {
 std::vector<unsigned> parse_gpu_list(const Node& node, std::string_view text) {
   std::vector<unsigned> out;
   if (text.find(':') != std::string_view::npos) {
-    std::size_t pos = 0;
-    while (pos <= text.size()) {
-      std::size_t comma = std::min(text.find(',', pos), text.size());
-      std::string item(text.substr(pos, comma - pos));
+    for (auto part : split(text, ',')) {
+      std::string item(part);
       std::string busid = normalize_busid(item);
       auto it = std::find_if(node.gpus.begin(), node.gpus.end(), [&](const Gpu& g) { return g.busid == busid; });
       if (busid.empty() || it == node.gpus.end())
         throw Error(fmt::format("'{}' is not the PCI bus id of a GPU of this node", item), "GPU list");
       out.push_back(it->index);
-      pos = comma + 1;
     }
   } else {
     CpuSet ids;

@@ -84,9 +84,9 @@ std::string render_table(const Node& node, const Placement& p) {
       for (unsigned n : t.nics) names.push_back(nic_short(node.nics[n]));
       nics = or_dash(fmt::format("{}", fmt::join(names, ",")));
     }
-    line(fmt::format("{:<5} {:<4} {:<13} {:<20} {:<24} {:>5} {:<5}{}{}", t.local_rank, gpu, busid, nics,
+    line(fmt::format("{:<5} {:<4} {:<13} {:<20} {:<24} {:>5} {:<5}{}", t.local_rank, gpu, busid, nics,
                      t.bind ? t.cpus.to_list() : "(unbound)", t.cores, fmt::join(t.mems, ","),
-                     t.oversubscribed ? "  oversubscribed" : "", ""));
+                     t.oversubscribed ? "  oversubscribed" : ""));
     for (const auto& note : t.notes) line("      note: " + note);
   }
   return out;

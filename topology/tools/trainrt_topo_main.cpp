@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
 #include "trainrt/topology/render.hpp"
@@ -15,14 +16,11 @@ namespace {
 
 constexpr int kBadInput = 2;
 
+// Non-empty comma-separated items.
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= s.size()) {
-    std::size_t comma = std::min(s.find(',', pos), s.size());
-    if (comma > pos) out.push_back(s.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
+  for (auto part : trainrt::split(s, ','))
+    if (!part.empty()) out.emplace_back(part);
   return out;
 }
 

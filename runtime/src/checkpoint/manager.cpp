@@ -251,14 +251,12 @@ struct Manager::Impl {
     const std::size_t data_start = align_up(16 + len, kDataAlign);
     std::map<std::string, const json*> by_name;
     for (const auto& e : out.header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
-    XXH3_state_t* state = XXH3_createState();
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), XXH3_freeState);
+    XXH3_state_t* state = owned.get();
     std::vector<std::uint8_t> chunk;
     for (const auto& e : entries) {
       auto it = by_name.find(e.name);
-      if (it == by_name.end()) {
-        XXH3_freeState(state);
-        return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
-      }
+      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
       const json& j = *it->second;
       const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
       std::string problem;
@@ -267,10 +265,7 @@ struct Manager::Impl {
                               j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
       else if (off + bytes > file_size)
         problem = fmt::format("entry '{}' runs past the end of {}", e.name, shard_name(source));
-      if (!problem.empty()) {
-        XXH3_freeState(state);
-        return problem;
-      }
+      if (!problem.empty()) return problem;
       // Read into staging (buffers) or a blob vector, hashing each 8 MiB piece while it is in cache.
       std::uint8_t* dst;
       if (e.data) {
@@ -283,18 +278,13 @@ struct Manager::Impl {
       constexpr std::size_t kPiece = std::size_t{8} << 20;
       for (std::size_t done = 0; done < bytes; done += kPiece) {
         const std::size_t n = std::min(kPiece, bytes - done);
-        if (!read_at(dst + done, n, off + done)) {
-          XXH3_freeState(state);
+        if (!read_at(dst + done, n, off + done))
           return fmt::format("{}: short read in entry '{}'", shard_name(source), e.name);
-        }
         XXH3_64bits_update(state, dst + done, n);
       }
-      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != j.at("checksum").get<std::string>()) {
-        XXH3_freeState(state);
+      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != j.at("checksum").get<std::string>())
         return fmt::format("entry '{}' in {} fails its checksum", e.name, shard_name(source));
-      }
     }
-    XXH3_freeState(state);
     out.header["data_start"] = data_start;
     return {};
   }
@@ -316,10 +306,9 @@ struct Manager::Impl {
 };
 
 Manager::Manager(bootstrap::Session& session, Options options)
-    : impl_(std::make_unique<Impl>(session, options)), options_(std::move(options)) {
-  if (options_.directory.empty()) throw Error("no checkpoint directory given", "checkpoint");
-  make_directory(options_.directory);
-  impl_->opts = options_;
+    : impl_(std::make_unique<Impl>(session, std::move(options))) {
+  if (impl_->opts.directory.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  make_directory(impl_->opts.directory);
   if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"))
     impl_->log(fmt::format("checkpoint: SLURM_RESTART_COUNT={} (rank {})", restarts, session.rank()));
 }
@@ -330,9 +319,9 @@ void Manager::register_buffer(const std::string& name, void* data, std::size_t b
                               std::vector<std::int64_t> shape, Sharding sharding, Location where) {
   for (const auto& e : impl_->entries)
     if (e.name == name) throw Error(fmt::format("'{}' is registered twice", name), "checkpoint");
-  if (impl_->staged_bytes + bytes > options_.staging_cap_bytes)
+  if (impl_->staged_bytes + bytes > impl_->opts.staging_cap_bytes)
     throw Error(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
-                            options_.staging_cap_bytes),
+                            impl_->opts.staging_cap_bytes),
                 "checkpoint");
   if (bytes % size_of(dtype) != 0)
     throw Error(fmt::format("'{}' is {} bytes, not a whole number of {} elements", name, bytes, to_string(dtype)), "checkpoint");
@@ -493,4 +482,8 @@ void save_and_exit(Manager& manager, std::uint64_t step) {
   }
 }
 
+}  // namespace trainrt::checkpoint
+
+namespace trainrt::checkpoint {
+const std::string& Manager::directory() const { return impl_->opts.directory; }
 }  // namespace trainrt::checkpoint

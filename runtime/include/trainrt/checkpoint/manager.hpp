@@ -61,12 +61,11 @@ class Manager {
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none exists.
   std::int64_t restore();
 
-  const std::string& directory() const { return options_.directory; }
+  const std::string& directory() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  Options options_;
 };
 
 // Exit code of save_and_exit(): sbatch templates requeue on it (EX_TEMPFAIL).
