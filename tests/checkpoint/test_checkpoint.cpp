@@ -35,11 +35,12 @@ struct Fixture {
   }
   ~Fixture() { fs::remove_all(dir); }
 
-  void open(checkpoint::Sharding sharding = checkpoint::Sharding::PerRank) {
+  void open(checkpoint::Sharding sharding = checkpoint::Sharding::PerRank, bool verify_before_load = false) {
     mgr.reset();
     checkpoint::Options o;
     o.directory = dir;
     o.keep_last = 2;
+    o.verify_before_load = verify_before_load;
     o.log = [this](const std::string& m) { log.push_back(m); };
     mgr = std::make_unique<checkpoint::Manager>(*session, o);
     mgr->register_buffer("w", w.data(), w.size() * 4, DType::F32, {100, 1000}, sharding);
@@ -128,6 +129,55 @@ TEST_CASE("damaged checkpoints are detected, named, and skipped", "[checkpoint]"
       CHECK(f.logged("skipped step 3"));
       CHECK(f.logged(dmg.reason));
     }
+  }
+}
+
+void flip_a_bit(const std::string& path, std::streamoff at) {
+  std::fstream s(path, std::ios::in | std::ios::out | std::ios::binary);
+  s.seekg(at);
+  char c;
+  s.read(&c, 1);
+  c ^= 0x10;
+  s.seekp(at);
+  s.write(&c, 1);
+}
+
+TEST_CASE("a corrupt only step: in-place restore refuses to pretend the buffers are fresh", "[checkpoint]") {
+  SECTION("in place (default): the error names the step, the entry and what to do") {
+    Fixture f;
+    f.save(3);
+    flip_a_bit(f.shard(3), 8192 + 4 * 90000);  // late in 'w': most of it was already read in place
+    f.set(99);
+    CHECK_THROWS_WITH(f.mgr->restore(), Catch::Contains("step 3") && Catch::Contains("entry 'w'") &&
+                                            Catch::Contains("fails its checksum") && Catch::Contains("initialize them again"));
+  }
+  SECTION("verify_before_load: -1 and the buffers exactly as they were") {
+    Fixture f;
+    f.open(checkpoint::Sharding::PerRank, true);
+    f.save(3);
+    flip_a_bit(f.shard(3), 8192 + 4 * 90000);
+    f.set(99);
+    CHECK(f.mgr->restore() == -1);
+    CHECK(f.holds(99));
+    CHECK(f.logged("fails its checksum"));
+  }
+  SECTION("verify_before_load still restores and falls back like the in-place path") {
+    Fixture f;
+    f.open(checkpoint::Sharding::PerRank, true);
+    f.save(2);
+    f.save(3);
+    flip_a_bit(f.shard(3), 8192);
+    f.set(99);
+    CHECK(f.mgr->restore() == 2);
+    CHECK(f.holds(2));
+  }
+  SECTION("a step failing structural checks never touches the buffers, in place or not") {
+    Fixture f;
+    f.save(3);
+    fs::resize_file(f.shard(3), fs::file_size(f.shard(3)) - 100);
+    f.set(99);
+    CHECK(f.mgr->restore() == -1);
+    CHECK(f.holds(99));
   }
 }
 

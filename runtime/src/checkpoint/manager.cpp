@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,7 @@
 #include "files.hpp"
 #include "trainrt/error.hpp"
 #include <fcntl.h>
-#include <xxhash.h>
+#include "xxh3.hpp"
 
 #include "../fd.hpp"
 #include "trainrt/kernels/cpu.hpp"
@@ -55,6 +56,24 @@ struct Entry {
   void* pinned = nullptr;               // device buffers: their pinned host staging
 };
 
+// Staging starts on a page boundary and spans whole pages, so the shard writer can hand it to
+// O_DIRECT in one piece.
+constexpr std::size_t kPage = 4096;
+template <class T>
+struct PageAligned {
+  using value_type = T;
+  PageAligned() = default;
+  template <class U>
+  PageAligned(const PageAligned<U>&) {}
+  T* allocate(std::size_t n) {
+    void* p = std::aligned_alloc(kPage, align_up(n * sizeof(T), kPage));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  friend bool operator==(const PageAligned&, const PageAligned&) { return true; }
+};
+
 std::atomic<int> g_stop_signal{0};
 void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
@@ -64,7 +83,8 @@ struct Manager::Impl {
   bootstrap::Session& session;
   Options opts;
   std::vector<Entry> entries;
-  std::vector<std::byte> staging;  // host buffers' staging, reused by every save
+  std::vector<std::byte, PageAligned<std::byte>> staging;  // host buffers, reused by every save; whole pages
+  std::size_t staging_end = 0;     // where the last host buffer ends in it
   std::size_t staged_bytes = 0;    // host and pinned staging together, against the cap
   std::vector<std::vector<std::uint8_t>> blob_staging;
   std::thread writer;
@@ -92,15 +112,24 @@ struct Manager::Impl {
   SaveResult write_shard(std::uint64_t step, const std::string& dir) {
     const auto t0 = Clock::now();
     json header = {{"format", kFormat}, {"step", step}, {"rank", session.rank()}, {"world_size", session.size()}};
+    // Layout: the host-buffer staging as it is (page-aligned, whole pages: written around the page
+    // cache), then device buffers and blobs. Readers go by each entry's offset.
     json list = json::array();
-    std::vector<Piece> data_pieces;
-    std::size_t offset = 0;
+    std::vector<Piece> tail;
+    std::size_t at = staging.size();
     std::size_t blob_index = 0;
+    static const std::uint8_t zeros[64] = {};
     for (const auto& e : entries) {
       const void* src = e.data ? static_cast<const void*>(staged(e))
                                : static_cast<const void*>(blob_staging[blob_index].data());
       const std::size_t bytes = e.data ? e.bytes : blob_staging[blob_index++].size();
-      offset = align_up(offset, 64);
+      std::size_t offset = e.staging_offset;
+      if (!e.data || e.pinned) {
+        offset = align_up(at, 64);
+        if (offset > at) tail.push_back({zeros, offset - at});
+        tail.push_back({src, bytes});
+        at = offset + bytes;
+      }
       list.push_back({{"name", e.name},
                       {"kind", e.data ? "buffer" : "blob"},
                       {"dtype", to_string(e.dtype)},
@@ -109,8 +138,6 @@ struct Manager::Impl {
                       {"bytes", bytes},
                       {"checksum", fmt::format("{:016x}", XXH3_64bits(src, bytes))},
                       {"replicated", e.sharding == Sharding::Replicated}});
-      data_pieces.push_back({src, bytes});
-      offset += bytes;
     }
     header["entries"] = list;
     const std::string text = header.dump();
@@ -120,15 +147,8 @@ struct Manager::Impl {
     std::memcpy(head.data() + 8, &version, 4);
     std::memcpy(head.data() + 12, &len, 4);
     std::memcpy(head.data() + 16, text.data(), text.size());
-    std::vector<Piece> pieces{{head.data(), head.size()}};
-    std::size_t at = 0;
-    static const std::uint8_t zeros[64] = {};
-    for (std::size_t i = 0; i < data_pieces.size(); ++i) {
-      std::size_t want = list[i]["offset"].get<std::size_t>();
-      if (want > at) pieces.push_back({zeros, want - at});
-      pieces.push_back(data_pieces[i]);
-      at = want + data_pieces[i].bytes;
-    }
+    std::vector<Piece> pieces{{head.data(), head.size()}, {staging.data(), staging.size()}};
+    pieces.insert(pieces.end(), tail.begin(), tail.end());
     const std::string tmp = dir + "/" + shard_name(session.rank()) + ".tmp";
     write_pieces_durably(tmp, pieces);
     rename_durably(tmp, dir + "/" + shard_name(session.rank()));
@@ -185,14 +205,22 @@ struct Manager::Impl {
   }
 
   // ------------------------------------------------------------------ restore
-  struct Loaded {
-    json header;
-    std::vector<std::vector<std::uint8_t>> blobs;  // verified blob contents, in registration order
+  // One step as this rank will read it: checked (manifest, sizes, header, entry table) before any
+  // registered memory is touched.
+  struct Candidate {
+    struct Part {
+      std::size_t entry;     // index into `entries`
+      std::size_t offset;    // in the shard file
+      std::size_t bytes;
+      std::string checksum;  // XXH3-64, hex
+    };
+    std::string shard;
+    Fd fd;
+    std::vector<Part> parts;
+    std::vector<std::vector<std::uint8_t>> blobs;  // read blobs, handed over once every rank verified
   };
 
-  // Verifies this rank's part of `step` while reading it into staging; returns "" or the reason
-  // it is unusable. The registered buffers are not touched until every rank has verified.
-  std::string verify(std::uint64_t step, Loaded& out) {
+  std::string check(std::uint64_t step, Candidate& c) {
     const std::string dir = opts.directory + "/" + step_dir_name(step);
     json manifest;
     try {
@@ -218,90 +246,120 @@ struct Manager::Impl {
     for (const auto& s : manifest.at("shards"))
       if (s.at("rank").get<unsigned>() == source) shard_info = &s;
     if (!shard_info) return fmt::format("manifest lists no shard for rank {}", source);
-    const std::string path = dir + "/" + shard_name(source);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) return fmt::format("{}: cannot open: {}", shard_name(source), std::strerror(errno));
-    const std::uint64_t file_size = static_cast<std::uint64_t>(::lseek(fd.get(), 0, SEEK_END));
+    c.shard = shard_name(source);
+    const std::string path = dir + "/" + c.shard;
+    c.fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!c.fd) return fmt::format("{}: cannot open: {}", c.shard, std::strerror(errno));
+    ::posix_fadvise(c.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead: disk reads overlap hashing
+    const std::uint64_t file_size = static_cast<std::uint64_t>(::lseek(c.fd.get(), 0, SEEK_END));
     if (file_size != shard_info->at("bytes").get<std::uint64_t>())
-      return fmt::format("{} is {} bytes, the manifest says {}", shard_name(source), file_size,
+      return fmt::format("{} is {} bytes, the manifest says {}", c.shard, file_size,
                          shard_info->at("bytes").get<std::uint64_t>());
-    auto read_at = [&](void* dst, std::size_t bytes, std::size_t offset) {
-      std::size_t got = 0;
-      while (got < bytes) {
-        ssize_t r = ::pread(fd.get(), static_cast<char*>(dst) + got, bytes - got, static_cast<off_t>(offset + got));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        got += static_cast<std::size_t>(r);
-      }
-      return true;
-    };
     char head[16];
-    if (!read_at(head, 16, 0) || std::memcmp(head, kMagic, 8) != 0)
-      return fmt::format("{} has no shard header", shard_name(source));
+    if (!read_at(c.fd, head, 16, 0) || std::memcmp(head, kMagic, 8) != 0)
+      return fmt::format("{} has no shard header", c.shard);
     std::uint32_t len = 0;
     std::memcpy(&len, head + 12, 4);
-    if (16 + static_cast<std::uint64_t>(len) > file_size) return fmt::format("{} header runs past the file", shard_name(source));
+    if (16 + static_cast<std::uint64_t>(len) > file_size) return fmt::format("{} header runs past the file", c.shard);
     std::string text(len, '\0');
-    if (!read_at(text.data(), len, 16)) return fmt::format("{}: cannot read its header", shard_name(source));
+    if (!read_at(c.fd, text.data(), len, 16)) return fmt::format("{}: cannot read its header", c.shard);
+    json header;
     try {
-      out.header = json::parse(text);
+      header = json::parse(text);
     } catch (const std::exception& e) {
-      return fmt::format("{} header is corrupt ({})", shard_name(source), e.what());
+      return fmt::format("{} header is corrupt ({})", c.shard, e.what());
     }
     const std::size_t data_start = align_up(16 + len, kDataAlign);
     std::map<std::string, const json*> by_name;
-    for (const auto& e : out.header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), XXH3_freeState);
-    XXH3_state_t* state = owned.get();
-    std::vector<std::uint8_t> chunk;
-    for (const auto& e : entries) {
+    for (const auto& e : header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const Entry& e = entries[i];
       auto it = by_name.find(e.name);
-      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", shard_name(source), e.name);
+      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", c.shard, e.name);
       const json& j = *it->second;
       const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
-      std::string problem;
       if (e.data && (bytes != e.bytes || j.at("dtype").get<std::string>() != to_string(e.dtype)))
-        problem = fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
-                              j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
-      else if (off + bytes > file_size)
-        problem = fmt::format("entry '{}' runs past the end of {}", e.name, shard_name(source));
-      if (!problem.empty()) return problem;
-      // Read into staging (buffers) or a blob vector, hashing each 8 MiB piece while it is in cache.
-      std::uint8_t* dst;
-      if (e.data) {
-        dst = reinterpret_cast<std::uint8_t*>(staged(e));
-      } else {
-        out.blobs.emplace_back(bytes);
-        dst = out.blobs.back().data();
-      }
-      XXH3_64bits_reset(state);
-      constexpr std::size_t kPiece = std::size_t{8} << 20;
-      for (std::size_t done = 0; done < bytes; done += kPiece) {
-        const std::size_t n = std::min(kPiece, bytes - done);
-        if (!read_at(dst + done, n, off + done))
-          return fmt::format("{}: short read in entry '{}'", shard_name(source), e.name);
-        XXH3_64bits_update(state, dst + done, n);
-      }
-      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != j.at("checksum").get<std::string>())
-        return fmt::format("entry '{}' in {} fails its checksum", e.name, shard_name(source));
+        return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
+                           j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
+      if (off + bytes > file_size) return fmt::format("entry '{}' runs past the end of {}", e.name, c.shard);
+      c.parts.push_back({i, off, bytes, j.at("checksum").get<std::string>()});
     }
-    out.header["data_start"] = data_start;
     return {};
   }
 
-  // Verified data sits in staging (buffers) and in `l.blobs`: copy it to its owners.
-  void load(Loaded& l) {
+  // Where a part's bytes are read to: straight into a host buffer (no second copy), or into
+  // staging when the buffers must stay untouched until every rank has verified (device buffers
+  // always; host buffers with verify_before_load).
+  std::uint8_t* read_target(const Entry& e, Candidate& c, std::size_t bytes) {
+    if (!e.data) return c.blobs.emplace_back(bytes).data();
+    if (e.pinned || opts.verify_before_load) return reinterpret_cast<std::uint8_t*>(staged(e));
+    return static_cast<std::uint8_t*>(e.data);
+  }
+
+  // Reads every part, hashing each piece while it is still in cache; "" or why the step is unusable.
+  std::string load(Candidate& c) {
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), XXH3_freeState);
+    XXH3_state_t* state = owned.get();
+    for (const auto& part : c.parts) {
+      const Entry& e = entries[part.entry];
+      std::uint8_t* dst = read_target(e, c, part.bytes);
+      XXH3_64bits_reset(state);
+      constexpr std::size_t kPiece = std::size_t{1} << 20;  // fits in L2: the hash reads it from cache
+      for (std::size_t done = 0; done < part.bytes; done += kPiece) {
+        const std::size_t n = std::min(kPiece, part.bytes - done);
+        if (!read_at(c.fd, dst + done, n, part.offset + done))
+          return fmt::format("{}: short read in entry '{}'", c.shard, e.name);
+        XXH3_64bits_update(state, dst + done, n);
+      }
+      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != part.checksum)
+        return fmt::format("entry '{}' in {} fails its checksum", e.name, c.shard);
+    }
+    return {};
+  }
+
+  // Every rank verified: move what waited in staging to its owner.
+  void finish(Candidate& c) {
     std::size_t blob = 0;
     for (auto& e : entries) {
       if (e.pinned) {
         copy_host_to_device(e.data, e.pinned, e.bytes);
       } else if (e.data) {
+        if (!opts.verify_before_load) continue;  // already in place
         kernels::TensorRef ref{e.data, e.bytes / size_of(e.dtype)};
         kernels::cpu::unpack(staging.data() + e.staging_offset, &ref, 1, e.dtype);
       } else {
-        *e.blob = std::move(l.blobs[blob++]);
+        *e.blob = std::move(c.blobs[blob++]);
       }
     }
+  }
+
+  static bool read_at(const Fd& fd, void* dst, std::size_t bytes, std::size_t offset) {
+    std::size_t got = 0;
+    while (got < bytes) {
+      ssize_t r = ::pread(fd.get(), static_cast<char*>(dst) + got, bytes - got, static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      got += static_cast<std::size_t>(r);
+    }
+    return true;
+  }
+
+  // Every rank's verdict on one phase; "" when all are fine, else "rank r: why; ...".
+  std::string agree(const std::string& why) {
+    json mine = {{"rank", session.rank()}, {"why", why}};
+    std::string reasons;
+    for (const auto& b : session.allgather(to_blob(mine))) {
+      json r = from_blob(b);
+      if (!r.at("why").get<std::string>().empty())
+        reasons += fmt::format("{}rank {}: {}", reasons.empty() ? "" : "; ", r.at("rank").get<unsigned>(),
+                               r.at("why").get<std::string>());
+    }
+    return reasons;
+  }
+
+  bool loads_in_place() const {
+    if (opts.verify_before_load) return false;
+    return std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return e.data && !e.pinned; });
   }
 };
 
@@ -331,8 +389,9 @@ void Manager::register_buffer(const std::string& name, void* data, std::size_t b
   if (where == Location::Device) {
     e.pinned = pinned_alloc(bytes);
   } else {
-    e.staging_offset = align_up(impl_->staging.size(), 64);
-    impl_->staging.resize(e.staging_offset + bytes);
+    e.staging_offset = align_up(impl_->staging_end, 64);
+    impl_->staging_end = e.staging_offset + bytes;
+    impl_->staging.resize(align_up(impl_->staging_end, kPage));
   }
   impl_->entries.push_back(std::move(e));
 }
@@ -429,31 +488,37 @@ std::int64_t Manager::restore() {
   if (im.session.rank() == 0)
     for (auto s : im.list_steps()) steps.push_back(s);
   steps = from_blob(im.session.broadcast(to_blob(steps), 0));
+  std::string overwritten_by;  // a step that failed after it was read into the registered buffers
   for (const auto& s : steps) {
     const std::uint64_t step = s.get<std::uint64_t>();
-    Impl::Loaded loaded;
-    std::string why;
-    try {
-      why = im.verify(step, loaded);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    json mine = {{"rank", im.session.rank()}, {"why", why}};
-    std::string reasons;
-    for (const auto& b : im.session.allgather(to_blob(mine))) {
-      json r = from_blob(b);
-      if (!r.at("why").get<std::string>().empty())
-        reasons += fmt::format("{}rank {}: {}", reasons.empty() ? "" : "; ", r.at("rank").get<unsigned>(),
-                               r.at("why").get<std::string>());
+    auto attempt = [&](auto&& phase) {
+      std::string why;
+      try {
+        why = phase();
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      return im.agree(why);
+    };
+    Impl::Candidate c;
+    std::string reasons = attempt([&] { return im.check(step, c); });
+    if (reasons.empty()) {
+      reasons = attempt([&] { return im.load(c); });
+      if (!reasons.empty() && im.loads_in_place()) overwritten_by = fmt::format("step {} ({})", step, reasons);
     }
     if (!reasons.empty()) {
       im.log(fmt::format("checkpoint: skipped step {}: {}", step, reasons));
       continue;
     }
-    im.load(loaded);
+    im.finish(c);
     im.log(fmt::format("checkpoint: restored step {} (rank {})", step, im.session.rank()));
     return static_cast<std::int64_t>(step);
   }
+  if (!overwritten_by.empty())
+    throw Error(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize them "
+                            "again before training from scratch (Options::verify_before_load keeps them untouched)",
+                            overwritten_by),
+                "checkpoint restore");
   im.log("checkpoint: no usable checkpoint; starting fresh");
   return -1;
 }

@@ -23,6 +23,12 @@ struct Options {
   unsigned keep_last = 2;                // committed steps kept
   std::size_t staging_cap_bytes = std::size_t{8} << 30;  // refuse to register more than this
   std::function<void(const std::string&)> log;           // progress and skipped-step reports
+  // restore() reads host buffers in place and verifies as it reads: one copy, as fast as reading
+  // the files. A step that then fails its checksums on some rank has already overwritten part of
+  // them; an older step that verifies overwrites them again, and when none does restore() throws
+  // instead of returning -1. true: read into staging and copy only once every rank has verified
+  // (the buffers are never touched by a bad step; restore costs one more copy).
+  bool verify_before_load = false;
 };
 
 struct SaveResult {
@@ -58,7 +64,9 @@ class Manager {
   // Returns once the state is staged; the future completes when the step is committed on every
   // rank, or throws trainrt::Error (then no commit happened and earlier checkpoints are intact).
   std::shared_future<SaveResult> save(std::uint64_t step);
-  // Newest step verified on every rank, loaded into the registered buffers; -1 when none exists.
+  // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
+  // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
+  // failed its checksums was already read into the buffers (see Options::verify_before_load).
   std::int64_t restore();
 
   const std::string& directory() const;
