@@ -168,7 +168,11 @@ struct Manager::Impl {
     const std::string pointer = step_dir_name(step) + "\n";
     write_file_durably(opts.directory + "/latest.tmp", pointer.data(), pointer.size());
     rename_durably(opts.directory + "/latest.tmp", opts.directory + "/latest");
-    // Retention: only now that `step` is committed may older steps go.
+  }
+
+  // Rank 0, after the commit was announced: deleting old steps is not part of making `step`
+  // durable (unlinking a large shard takes tens of ms), so the save's future does not wait for it.
+  void retire_older_than(std::uint64_t step) {
     auto steps = list_steps();
     unsigned kept = 0;
     for (std::uint64_t s : steps) {
@@ -475,6 +479,14 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
       promise->set_value(result);
     } catch (...) {
       promise->set_exception(std::current_exception());
+      return;
+    }
+    if (im.session.rank() == 0) {
+      try {
+        im.retire_older_than(step);
+      } catch (const std::exception& e) {
+        im.log(fmt::format("checkpoint: could not remove steps older than {}: {}", step, e.what()));
+      }
     }
   });
   return impl_->last;
