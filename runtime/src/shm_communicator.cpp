@@ -103,17 +103,7 @@ class ShmCommunicator final : public Communicator {
   }
 
   Work reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
-    return progress_.run(
-        [=, this] {
-          guarded([&] {
-            // Built on allreduce: simple and deterministic; it moves size() times more data than a
-            // bandwidth-optimal reduce-scatter would.
-            std::vector<std::byte> tmp(count * size_ * size_of(dtype));
-            do_allreduce(in, tmp.data(), count * size_, dtype, op, Kind::ReduceScatter);
-            std::memcpy(out, tmp.data() + rank_ * count * size_of(dtype), count * size_of(dtype));
-          });
-        },
-        mode);
+    return progress_.run([=, this] { guarded([&] { do_reduce_scatter(in, out, count, dtype, op); }); }, mode);
   }
 
   Work allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) override {
@@ -299,6 +289,39 @@ class ShmCommunicator final : public Communicator {
       phase(&RankControl::done, "reduce");
       for (unsigned r = 0; r < size_; ++r)
         if (r != rank_) std::memcpy(out + (base + lo(r)) * es, res + lo(r) * es, (lo(r + 1) - lo(r)) * es);
+      base += m;
+    } while (base < count);
+  }
+
+  // Rank r's output is block r of the reduction of every rank's size()*count inputs. Each rank
+  // stages only the blocks its peers reduce and reduces only its own block, in rank order (so the
+  // result equals the same block of an allreduce, bit for bit).
+  void do_reduce_scatter(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
+    begin({0, count, 0, Kind::ReduceScatter, dtype, op});
+    const std::size_t es = size_of(dtype);
+    const auto* in = static_cast<const std::byte*>(in_v);
+    auto* out = static_cast<std::byte*>(out_v);
+    std::vector<const void*> inputs(size_);
+    if (count * size_ * es <= kSmallBytes) {
+      std::memcpy(small(rank_, seq_ + 1), in, count * size_ * es);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_) + rank_ * count * es;
+      reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
+      return;
+    }
+    const std::size_t chunk = chunk_elems(dtype) / size_;  // a slot holds one piece per destination
+    std::size_t base = 0;
+    do {
+      const std::size_t m = std::min(chunk, count - base);
+      for (unsigned d = 0; d < size_; ++d)
+        if (d != rank_) std::memcpy(slot(rank_) + d * m * es, in + (d * count + base) * es, m * es);
+      phase(&RankControl::arrive, "stage");
+      if (base == 0) check_descriptors();
+      for (unsigned r = 0; r < size_; ++r)
+        inputs[r] = r == rank_ ? static_cast<const void*>(in + (rank_ * count + base) * es) : slot(r) + rank_ * m * es;
+      reduce_inputs(inputs.data(), size_, out + base * es, m, dtype, op, size_);
+      phase(&RankControl::done, "reduce");  // peers may refill their slots only after everyone read
       base += m;
     } while (base < count);
   }

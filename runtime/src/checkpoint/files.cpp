@@ -80,7 +80,7 @@ void write_pieces_durably(const std::string& path, const std::vector<Piece>& pie
     if (direct_works && suits_direct(piece, at)) {
       if (!direct) direct = Fd(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
       const int err = direct ? write_all_at(direct.get(), piece.data, piece.bytes, at) : EINVAL;
-      if (err != EINVAL) {  // EINVAL: this filesystem's O_DIRECT rules; write the piece buffered
+      if (err != EINVAL && err != EOPNOTSUPP) {  // this filesystem's O_DIRECT rules: write the piece buffered
         check_write(err, path);
         at += piece.bytes;
         continue;
