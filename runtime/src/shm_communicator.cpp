@@ -6,12 +6,15 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "fd.hpp"
@@ -54,6 +57,7 @@ struct alignas(64) RankControl {
   char pad1[56];
   std::atomic<std::uint32_t> failed{0};
   std::int32_t pid = 0;
+  std::uint64_t peer_read_addr = 0;  // single-copy collectives: where peers read this rank's data
   Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
@@ -69,6 +73,9 @@ std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a;
 // One-phase collectives up to these sizes; above, the two-phase chunked algorithms move less data.
 constexpr std::size_t kSmallBytes = 64 << 10;
 constexpr std::size_t kSmallAllreduce = 16 << 10;
+// From this size per rank, allgather and broadcast read peers' buffers directly (process_vm_readv,
+// one copy, as Open MPI's CMA path does) instead of going through the shared slots (two copies).
+constexpr std::size_t kSingleCopyBytes = 256 << 10;
 
 class ShmCommunicator final : public Communicator {
  public:
@@ -91,7 +98,9 @@ class ShmCommunicator final : public Communicator {
     spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
     open_segment(session);
     ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
+    ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(&probe_);
     session.barrier();  // every pid is written before anyone checks liveness
+    single_copy_ = probe_single_copy(session);
   }
 
   unsigned rank() const override { return rank_; }
@@ -254,6 +263,38 @@ class ShmCommunicator final : public Communicator {
 
   std::size_t chunk_elems(DType dtype) const { return slot_bytes_ / size_of(dtype); }
 
+  // Single copies need the kernel to let us read our peers (same user, no ptrace restrictions, no
+  // seccomp filter): every rank tries every peer once and all must succeed, because ranks on
+  // different paths would never meet. TRAINRT_SHM_SINGLE_COPY=0 turns it off.
+  bool probe_single_copy(bootstrap::Session& session) {
+    const char* env = std::getenv("TRAINRT_SHM_SINGLE_COPY");
+    std::uint8_t ok = !(env && std::string(env) == "0");
+    for (unsigned r = 0; ok && r < size_; ++r) {
+      std::uint64_t seen = 0;
+      iovec local{&seen, sizeof seen}, remote{reinterpret_cast<void*>(ctl(r).peer_read_addr), sizeof seen};
+      ok = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0) == sizeof seen && seen == kMagic;
+    }
+    bool all = true;
+    for (const auto& b : session.allgather({&ok, 1})) all = all && !b.empty() && b[0] == 1;
+    return all;
+  }
+
+  // Copies `bytes` from rank r's published address into `dst`.
+  void read_peer(unsigned r, std::byte* dst, std::size_t bytes) {
+    const std::uint64_t base = ctl(r).peer_read_addr;
+    std::size_t done = 0;
+    while (done < bytes) {
+      iovec local{dst + done, bytes - done}, remote{reinterpret_cast<void*>(base + done), bytes - done};
+      ssize_t n = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw Error(fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_, to_string(current_.kind),
+                                current_.op_seq, r, ctl(r).pid, n < 0 ? std::strerror(errno) : "nothing read"),
+                    "shm");
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
   void do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op,
                     Kind kind = Kind::Allreduce) {
     begin({0, count, 0, kind, dtype, op});
@@ -338,6 +379,17 @@ class ShmCommunicator final : public Communicator {
       for (unsigned r = 0; r < size_; ++r) std::memcpy(out + r * count * es, small(r, seq_), count * es);
       return;
     }
+    if (single_copy_ && count * es >= kSingleCopyBytes) {
+      ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(in);  // published by the arrive below
+      std::byte* own = out + rank_ * count * es;
+      if (own != in) std::memmove(own, in, count * es);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      for (unsigned r = 0; r < size_; ++r)
+        if (r != rank_) read_peer(r, out + r * count * es, count * es);
+      phase(&RankControl::done, "gather");  // our `in` must stay put until every peer has read it
+      return;
+    }
     std::size_t base = 0;
     do {
       const std::size_t m = std::min(chunk, count - base);
@@ -361,6 +413,14 @@ class ShmCommunicator final : public Communicator {
       if (rank_ != root) std::memcpy(buf, small(root, seq_), count * es);
       return;
     }
+    if (single_copy_ && count * es >= kSingleCopyBytes) {
+      if (rank_ == root) ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(buf);
+      phase(&RankControl::arrive, "stage");
+      check_descriptors();
+      if (rank_ != root) read_peer(root, buf, count * es);
+      phase(&RankControl::done, "copy");
+      return;
+    }
     std::size_t base = 0;
     do {
       const std::size_t m = std::min(chunk, count - base);
@@ -377,6 +437,8 @@ class ShmCommunicator final : public Communicator {
   CommOptions options_;
   std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, small_offset_ = 0, total_ = 0;
   unsigned spins_before_yield_ = 16;
+  bool single_copy_ = false;
+  const std::uint64_t probe_ = kMagic;
   Mapping map_;
   std::uint64_t seq_ = 0, op_seq_ = 0;
   Descriptor current_;

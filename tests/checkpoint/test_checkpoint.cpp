@@ -33,7 +33,10 @@ struct Fixture {
     fs::remove_all(dir);
     open();
   }
-  ~Fixture() { fs::remove_all(dir); }
+  ~Fixture() {
+    mgr.reset();  // its writer may still be removing old steps
+    fs::remove_all(dir);
+  }
 
   void open(checkpoint::Sharding sharding = checkpoint::Sharding::PerRank, bool verify_before_load = false) {
     mgr.reset();

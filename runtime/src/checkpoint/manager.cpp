@@ -200,6 +200,9 @@ struct Manager::Impl {
   }
 
   static void remove_tree(const std::string& dir) {
+    // The manifest first: a removal cut short (the process exits) leaves an uncommitted step,
+    // which restore skips by name, never a committed one with shards missing.
+    ::unlink((dir + "/MANIFEST.json").c_str());
     if (DIR* d = ::opendir(dir.c_str())) {
       while (dirent* e = ::readdir(d))
         if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) ::unlink((dir + "/" + e->d_name).c_str());
@@ -550,6 +553,7 @@ int stop_signal() { return g_stop_signal.load(); }
 void save_and_exit(Manager& manager, std::uint64_t step) {
   try {
     manager.save(step).get();
+    manager.wait_idle();
     std::fflush(nullptr);
     std::_Exit(kRequeueExitCode);
   } catch (const std::exception& e) {
@@ -563,4 +567,5 @@ void save_and_exit(Manager& manager, std::uint64_t step) {
 
 namespace trainrt::checkpoint {
 const std::string& Manager::directory() const { return impl_->opts.directory; }
+void Manager::wait_idle() { impl_->join(); }
 }  // namespace trainrt::checkpoint

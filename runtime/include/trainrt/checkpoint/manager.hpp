@@ -69,6 +69,10 @@ class Manager {
   // failed its checksums was already read into the buffers (see Options::verify_before_load).
   std::int64_t restore();
 
+  // The future of save() completes at the commit; rank 0 then removes steps beyond keep_last in
+  // the background. This waits for that too (the destructor and save_and_exit() do).
+  void wait_idle();
+
   const std::string& directory() const;
 
  private:
