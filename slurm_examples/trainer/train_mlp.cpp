@@ -282,8 +282,8 @@ int main(int argc, char** argv) {
     if (every > 0 && done % every != 0) {
       std::memcpy(step_blob.data(), &done, 8);
       ckpt.save(done).get();
-      ckpt.wait_idle();  // old steps removed before the summary is printed
     }
+    ckpt.wait_idle();  // old steps removed before the summary is printed
     std::uint64_t digest = 0;
     for (auto* t : model.tensors()) digest = digest * 31 + kernels::cpu::checksum(t->data(), t->size() * 4);
     metrics.write(fmt::format(R"({{"event":"end","wall":{:.6f},"step":{}}})", epoch_now(), done));
