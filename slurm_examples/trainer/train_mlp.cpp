@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
     metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{}}})",
                               run_start, done, world, rt->restart_count));
     if (rank == 0)
-      fmt::print("train-mlp: {} ranks, {} rows per rank, starting after step {} (restart {})\n", world, kRowsPerRank, done,
-                 rt->restart_count);
+      fmt::print("train-mlp: {} ranks, {} rows per rank, starting after step {} (restart {}{})\n", world, kRowsPerRank,
+                 done, rt->restart_count,
+                 ckpt.restored_metadata().count("loss") ? ", loss then " + ckpt.restored_metadata().at("loss") : "");
 
     Model g;
     std::vector<kernels::TensorRef> grad_refs;
@@ -264,7 +265,7 @@ int main(int argc, char** argv) {
         std::memcpy(step_blob.data(), &done, 8);
         if (pending.valid()) persist = pending.get().persist_seconds;  // one in flight at a time
         const double ts = trace.now();
-        pending = ckpt.save(step);
+        pending = ckpt.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world)}});
         stall = trace.now() - ts;
         trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
       }

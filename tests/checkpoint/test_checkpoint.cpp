@@ -184,6 +184,40 @@ TEST_CASE("a corrupt only step: in-place restore refuses to pretend the buffers 
   }
 }
 
+TEST_CASE("user metadata travels in the manifest", "[checkpoint]") {
+  Fixture f;
+  CHECK(f.mgr->restored_metadata().empty());
+  f.set(4);
+  f.mgr->save(4, {{"loss", "0.25"}, {"data_epoch", "3"}}).get();
+  f.save(5);  // no metadata
+  f.set(99);
+  CHECK(f.mgr->restore() == 5);
+  CHECK(f.mgr->restored_metadata().empty());
+  fs::remove(f.manifest(5));
+  CHECK(f.mgr->restore() == 4);
+  CHECK(f.mgr->restored_metadata() == checkpoint::Metadata{{"data_epoch", "3"}, {"loss", "0.25"}});
+}
+
+TEST_CASE("a shard header altered into other valid JSON is caught before any buffer is touched", "[checkpoint]") {
+  Fixture f;
+  f.save(3);
+  {
+    std::fstream s(f.shard(3), std::ios::in | std::ios::out | std::ios::binary);
+    std::string head(4096, '\0');
+    s.read(head.data(), static_cast<std::streamsize>(head.size()));
+    auto at = head.find("\"checksum\":\"");
+    REQUIRE(at != std::string::npos);
+    at += 12;
+    head[at] = head[at] == '0' ? '1' : '0';  // still a valid hex string
+    s.seekp(0);
+    s.write(head.data(), static_cast<std::streamsize>(head.size()));
+  }
+  f.set(99);
+  CHECK(f.mgr->restore() == -1);  // in place, yet no throw: nothing was read into the buffers
+  CHECK(f.holds(99));
+  CHECK(f.logged("header does not match its checksum in the manifest"));
+}
+
 TEST_CASE("a failing write leaves earlier checkpoints intact and training goes on", "[checkpoint]") {
   Fixture f;
   f.save(1);

@@ -89,6 +89,7 @@ struct Manager::Impl {
   std::vector<std::vector<std::uint8_t>> blob_staging;
   std::thread writer;
   std::shared_future<SaveResult> last;
+  Metadata restored_metadata;
 
   Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
   ~Impl() {
@@ -109,7 +110,7 @@ struct Manager::Impl {
   }
 
   // Everything this rank writes for one step, from staging.
-  SaveResult write_shard(std::uint64_t step, const std::string& dir) {
+  SaveResult write_shard(std::uint64_t step, const std::string& dir, std::string& header_xxh3) {
     const auto t0 = Clock::now();
     json header = {{"format", kFormat}, {"step", step}, {"rank", session.rank()}, {"world_size", session.size()}};
     // Layout: the host-buffer staging as it is (page-aligned, whole pages: written around the page
@@ -147,6 +148,7 @@ struct Manager::Impl {
     std::memcpy(head.data() + 8, &version, 4);
     std::memcpy(head.data() + 12, &len, 4);
     std::memcpy(head.data() + 16, text.data(), text.size());
+    header_xxh3 = fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
     std::vector<Piece> pieces{{head.data(), head.size()}, {staging.data(), staging.size()}};
     pieces.insert(pieces.end(), tail.begin(), tail.end());
     const std::string tmp = dir + "/" + shard_name(session.rank()) + ".tmp";
@@ -160,8 +162,9 @@ struct Manager::Impl {
   }
 
   // Rank 0, once every rank has synced its shard: manifest, then `latest`, then retention.
-  void commit(std::uint64_t step, const std::string& dir, const std::vector<json>& shards) {
-    json manifest = {{"format", kFormat}, {"step", step}, {"world_size", session.size()}, {"shards", shards}};
+  void commit(std::uint64_t step, const std::string& dir, const std::vector<json>& shards, const Metadata& metadata) {
+    json manifest = {{"format", kFormat}, {"step", step},         {"world_size", session.size()},
+                     {"shards", shards},  {"metadata", metadata}};
     const std::string text = manifest.dump(2) + "\n";
     write_file_durably(dir + "/MANIFEST.json.tmp", text.data(), text.size());
     rename_durably(dir + "/MANIFEST.json.tmp", dir + "/MANIFEST.json");
@@ -225,6 +228,7 @@ struct Manager::Impl {
     Fd fd;
     std::vector<Part> parts;
     std::vector<std::vector<std::uint8_t>> blobs;  // read blobs, handed over once every rank verified
+    Metadata metadata;                             // the manifest's, for restored_metadata()
   };
 
   std::string check(std::uint64_t step, Candidate& c) {
@@ -270,6 +274,13 @@ struct Manager::Impl {
     if (16 + static_cast<std::uint64_t>(len) > file_size) return fmt::format("{} header runs past the file", c.shard);
     std::string text(len, '\0');
     if (!read_at(c.fd, text.data(), len, 16)) return fmt::format("{}: cannot read its header", c.shard);
+    // The manifest pins the header (and so every entry's checksum and offset): a header altered
+    // into other valid JSON is caught here, before any buffer is touched. (Absent in manifests
+    // written before this check existed.)
+    if (shard_info->contains("header_xxh3") &&
+        fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())) != shard_info->at("header_xxh3").get<std::string>())
+      return fmt::format("{} header does not match its checksum in the manifest", c.shard);
+    if (manifest.contains("metadata")) c.metadata = manifest.at("metadata").get<Metadata>();
     json header;
     try {
       header = json::parse(text);
@@ -326,6 +337,7 @@ struct Manager::Impl {
 
   // Every rank verified: move what waited in staging to its owner.
   void finish(Candidate& c) {
+    restored_metadata = std::move(c.metadata);
     std::size_t blob = 0;
     for (auto& e : entries) {
       if (e.pinned) {
@@ -415,7 +427,7 @@ void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* 
   impl_->entries.push_back(std::move(e));
 }
 
-std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
+std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metadata) {
   const auto t0 = Clock::now();
   impl_->join();  // one save in flight at a time; waiting for it counts as stall
   // The stall: copy registered state into the reused staging buffers.
@@ -434,16 +446,17 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
   const double stall = std::chrono::duration<double>(Clock::now() - t0).count();
   auto promise = std::make_shared<std::promise<SaveResult>>();
   impl_->last = promise->get_future().share();
-  impl_->writer = std::thread([this, step, stall, promise, t0] {
+  impl_->writer = std::thread([this, step, stall, promise, t0, metadata = std::move(metadata)] {
     Impl& im = *impl_;
     const std::string dir = im.opts.directory + "/" + step_dir_name(step);
     SaveResult result;
     json status;
     try {
       make_directory(dir);
-      result = im.write_shard(step, dir);
+      std::string header_xxh3;
+      result = im.write_shard(step, dir, header_xxh3);
       status = {{"ok", true}, {"rank", im.session.rank()}, {"file", shard_name(im.session.rank())},
-                {"bytes", result.shard_bytes}};
+                {"bytes", result.shard_bytes}, {"header_xxh3", header_xxh3}};
     } catch (const std::exception& e) {
       status = {{"ok", false}, {"rank", im.session.rank()}, {"error", e.what()}};
     }
@@ -461,7 +474,7 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step) {
       if (im.session.rank() == 0 && failures.empty()) {
         try {
           for (auto& s : shards) s.erase("ok");
-          im.commit(step, dir, shards);
+          im.commit(step, dir, shards, metadata);
         } catch (const std::exception& e) {
           commit_status = {{"ok", false}, {"error", fmt::format("rank 0 could not commit: {}", e.what())}};
         }
@@ -568,4 +581,5 @@ void save_and_exit(Manager& manager, std::uint64_t step) {
 namespace trainrt::checkpoint {
 const std::string& Manager::directory() const { return impl_->opts.directory; }
 void Manager::wait_idle() { impl_->join(); }
+const Metadata& Manager::restored_metadata() const { return impl_->restored_metadata; }
 }  // namespace trainrt::checkpoint

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,10 @@ struct SaveResult {
   std::uint64_t shard_bytes = 0;
 };
 
+// Free-form key/value pairs stored in a step's manifest (rank 0's are kept): loss, data epoch,
+// code version, ...
+using Metadata = std::map<std::string, std::string>;
+
 // Replicated state (e.g. data-parallel weights) may be restored by any world size; sharded state
 // only by the world size that saved it.
 enum class Sharding { PerRank, Replicated };
@@ -63,11 +68,13 @@ class Manager {
 
   // Returns once the state is staged; the future completes when the step is committed on every
   // rank, or throws trainrt::Error (then no commit happened and earlier checkpoints are intact).
-  std::shared_future<SaveResult> save(std::uint64_t step);
+  std::shared_future<SaveResult> save(std::uint64_t step, Metadata metadata = {});
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
   // failed its checksums was already read into the buffers (see Options::verify_before_load).
   std::int64_t restore();
+  // The metadata saved with the step restore() last returned (empty before, or when none).
+  const Metadata& restored_metadata() const;
 
   // The future of save() completes at the commit; rank 0 then removes steps beyond keep_last in
   // the background. This waits for that too (the destructor and save_and_exit() do).
