@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,7 @@ struct alignas(64) RankControl {
   std::atomic<std::uint32_t> failed{0};
   std::int32_t pid = 0;
   std::uint64_t peer_read_addr = 0;  // single-copy collectives: where peers read this rank's data
+  std::atomic<std::uint32_t> can_read_peers{0};  // startup probe: 1 yes, 2 no
   Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
@@ -100,7 +102,7 @@ class ShmCommunicator final : public Communicator {
     ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
     ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(&probe_);
     session.barrier();  // every pid is written before anyone checks liveness
-    single_copy_ = probe_single_copy(session);
+    single_copy_ = probe_single_copy();
   }
 
   unsigned rank() const override { return rank_; }
@@ -266,16 +268,28 @@ class ShmCommunicator final : public Communicator {
   // Single copies need the kernel to let us read our peers (same user, no ptrace restrictions, no
   // seccomp filter): every rank tries every peer once and all must succeed, because ranks on
   // different paths would never meet. TRAINRT_SHM_SINGLE_COPY=0 turns it off.
-  bool probe_single_copy(bootstrap::Session& session) {
+  bool probe_single_copy() {
     const char* env = std::getenv("TRAINRT_SHM_SINGLE_COPY");
-    std::uint8_t ok = !(env && std::string(env) == "0");
+    bool ok = !(env && std::string(env) == "0");
     for (unsigned r = 0; ok && r < size_; ++r) {
       std::uint64_t seen = 0;
       iovec local{&seen, sizeof seen}, remote{reinterpret_cast<void*>(ctl(r).peer_read_addr), sizeof seen};
       ok = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0) == sizeof seen && seen == kMagic;
     }
+    // Agree through the segment rather than the bootstrap: no extra PMIx fence at startup.
+    ctl(rank_).can_read_peers.store(ok ? 1 : 2, std::memory_order_release);
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     bool all = true;
-    for (const auto& b : session.allgather({&ok, 1})) all = all && !b.empty() && b[0] == 1;
+    for (unsigned r = 0; r < size_; ++r) {
+      std::uint32_t v;
+      while ((v = ctl(r).can_read_peers.load(std::memory_order_acquire)) == 0) {
+        sched_yield();
+        fail_if_peer_gone(r, "startup probe");
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(fmt::format("rank {}: rank {} never finished the startup probe", rank_, r), "shm");
+      }
+      all = all && v == 1;
+    }
     return all;
   }
 
