@@ -59,7 +59,8 @@ struct alignas(64) RankControl {
   std::atomic<std::uint32_t> failed{0};
   std::int32_t pid = 0;
   std::uint64_t peer_read_addr = 0;  // single-copy collectives: where peers read this rank's data
-  std::atomic<std::uint32_t> can_read_peers{0};  // startup probe: 1 yes, 2 no
+  std::uint64_t probe_addr = 0;      // a word peers read once to learn whether they can read us
+  std::atomic<std::uint32_t> can_read_peers{0};  // 1 yes, 2 no; written before the first large copy
   Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
@@ -100,9 +101,8 @@ class ShmCommunicator final : public Communicator {
     spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
     open_segment(session);
     ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
-    ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(&probe_);
+    ctl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&probe_);
     session.barrier();  // every pid is written before anyone checks liveness
-    single_copy_ = probe_single_copy();
   }
 
   unsigned rank() const override { return rank_; }
@@ -266,31 +266,39 @@ class ShmCommunicator final : public Communicator {
   std::size_t chunk_elems(DType dtype) const { return slot_bytes_ / size_of(dtype); }
 
   // Single copies need the kernel to let us read our peers (same user, no ptrace restrictions, no
-  // seccomp filter): every rank tries every peer once and all must succeed, because ranks on
-  // different paths would never meet. TRAINRT_SHM_SINGLE_COPY=0 turns it off.
-  bool probe_single_copy() {
+  // seccomp filter). Settled at the first large allgather/broadcast, so start-up pays nothing:
+  // every rank probes every peer and all must succeed, because ranks on different paths would
+  // never meet. TRAINRT_SHM_SINGLE_COPY=0 on any rank turns it off for all.
+  bool can_read_every_peer() const {
     const char* env = std::getenv("TRAINRT_SHM_SINGLE_COPY");
-    bool ok = !(env && std::string(env) == "0");
-    for (unsigned r = 0; ok && r < size_; ++r) {
-      std::uint64_t seen = 0;
-      iovec local{&seen, sizeof seen}, remote{reinterpret_cast<void*>(ctl(r).peer_read_addr), sizeof seen};
-      ok = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0) == sizeof seen && seen == kMagic;
-    }
-    // Agree through the segment rather than the bootstrap: no extra PMIx fence at startup.
-    ctl(rank_).can_read_peers.store(ok ? 1 : 2, std::memory_order_release);
-    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-    bool all = true;
+    if (env && std::string(env) == "0") return false;
     for (unsigned r = 0; r < size_; ++r) {
-      std::uint32_t v;
-      while ((v = ctl(r).can_read_peers.load(std::memory_order_acquire)) == 0) {
-        sched_yield();
-        fail_if_peer_gone(r, "startup probe");
-        if (std::chrono::steady_clock::now() > deadline)
-          throw Error(fmt::format("rank {}: rank {} never finished the startup probe", rank_, r), "shm");
-      }
-      all = all && v == 1;
+      std::uint64_t seen = 0;
+      iovec local{&seen, sizeof seen}, remote{reinterpret_cast<void*>(ctl(r).probe_addr), sizeof seen};
+      if (::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0) != sizeof seen || seen != kMagic) return false;
     }
-    return all;
+    return true;
+  }
+
+  // The first phase of a large allgather/broadcast: publish where peers read us, arrive, check
+  // the calls match; on the first such call also settle single copies (flags written before the
+  // arrive are visible after it). False: the caller runs the slot algorithm from its start.
+  bool arrive_for_single_copy(const void* addr) {
+    const bool deciding = single_copy_ == SingleCopy::Unknown;
+    if (deciding) ctl(rank_).can_read_peers.store(can_read_every_peer() ? 1 : 2, std::memory_order_release);
+    ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(addr);
+    phase(&RankControl::arrive, "stage");
+    check_descriptors();
+    if (deciding) {
+      bool all = true;
+      for (unsigned r = 0; r < size_; ++r) all = all && ctl(r).can_read_peers.load(std::memory_order_acquire) == 1;
+      single_copy_ = all ? SingleCopy::Yes : SingleCopy::No;
+      if (!all) {
+        phase(&RankControl::done, "probe");  // close this round; the slot rounds follow
+        ctl(rank_).desc[(seq_ + 1) % 2] = current_;  // for their first arrive, one parity on
+      }
+    }
+    return single_copy_ == SingleCopy::Yes;
   }
 
   // Copies `bytes` from rank r's published address into `dst`.
@@ -393,12 +401,9 @@ class ShmCommunicator final : public Communicator {
       for (unsigned r = 0; r < size_; ++r) std::memcpy(out + r * count * es, small(r, seq_), count * es);
       return;
     }
-    if (single_copy_ && count * es >= kSingleCopyBytes) {
-      ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(in);  // published by the arrive below
+    if (single_copy_ != SingleCopy::No && count * es >= kSingleCopyBytes && arrive_for_single_copy(in)) {
       std::byte* own = out + rank_ * count * es;
       if (own != in) std::memmove(own, in, count * es);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
       for (unsigned r = 0; r < size_; ++r)
         if (r != rank_) read_peer(r, out + r * count * es, count * es);
       phase(&RankControl::done, "gather");  // our `in` must stay put until every peer has read it
@@ -427,10 +432,7 @@ class ShmCommunicator final : public Communicator {
       if (rank_ != root) std::memcpy(buf, small(root, seq_), count * es);
       return;
     }
-    if (single_copy_ && count * es >= kSingleCopyBytes) {
-      if (rank_ == root) ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(buf);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
+    if (single_copy_ != SingleCopy::No && count * es >= kSingleCopyBytes && arrive_for_single_copy(buf)) {
       if (rank_ != root) read_peer(root, buf, count * es);
       phase(&RankControl::done, "copy");
       return;
@@ -451,7 +453,7 @@ class ShmCommunicator final : public Communicator {
   CommOptions options_;
   std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, small_offset_ = 0, total_ = 0;
   unsigned spins_before_yield_ = 16;
-  bool single_copy_ = false;
+  enum class SingleCopy { Unknown, Yes, No } single_copy_ = SingleCopy::Unknown;
   const std::uint64_t probe_ = kMagic;
   Mapping map_;
   std::uint64_t seq_ = 0, op_seq_ = 0;
