@@ -11,30 +11,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "device_copy.hpp"
 #include "files.hpp"
+#include "shard_format.hpp"
 #include "trainrt/error.hpp"
-#include <fcntl.h>
-#include "xxh3.hpp"
-
-#include "../fd.hpp"
 #include "trainrt/kernels/cpu.hpp"
+#include "xxh3.hpp"
 
 namespace trainrt::checkpoint {
 namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-constexpr char kMagic[8] = {'T', 'R', 'T', 'S', 'H', 'R', 'D', '1'};
-constexpr std::uint32_t kFormat = 1;
-constexpr std::size_t kDataAlign = 4096;
-
-std::string step_dir_name(std::uint64_t step) { return fmt::format("step_{:012}", step); }
-std::string shard_name(unsigned rank) { return fmt::format("rank_{:05}.shard", rank); }
+using format::kDataAlign;
+using format::kMagic;
+using format::shard_name;
+using format::step_dir_name;
+constexpr std::uint32_t kFormat = format::kVersion;
 
 std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
@@ -188,19 +184,7 @@ struct Manager::Impl {
     fsync_directory(opts.directory);
   }
 
-  std::vector<std::uint64_t> list_steps() const {
-    std::vector<std::uint64_t> steps;
-    DIR* d = ::opendir(opts.directory.c_str());
-    if (!d) return steps;
-    while (dirent* e = ::readdir(d)) {
-      unsigned long long s = 0;
-      char tail = 0;
-      if (std::sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1) steps.push_back(s);
-    }
-    ::closedir(d);
-    std::sort(steps.rbegin(), steps.rend());
-    return steps;
-  }
+  std::vector<std::uint64_t> list_steps() const { return format::list_steps(opts.directory); }
 
   static void remove_tree(const std::string& dir) {
     // The manifest first: a removal cut short (the process exits) leaves an uncommitted step,
@@ -219,13 +203,10 @@ struct Manager::Impl {
   // registered memory is touched.
   struct Candidate {
     struct Part {
-      std::size_t entry;     // index into `entries`
-      std::size_t offset;    // in the shard file
-      std::size_t bytes;
-      std::string checksum;  // XXH3-64, hex
+      std::size_t entry;               // index into `entries`
+      const format::ShardEntry* file;  // where it is in the shard
     };
-    std::string shard;
-    Fd fd;
+    format::ShardReader reader;
     std::vector<Part> parts;
     std::vector<std::vector<std::uint8_t>> blobs;  // read blobs, handed over once every rank verified
     Metadata metadata;                             // the manifest's, for restored_metadata()
@@ -233,74 +214,28 @@ struct Manager::Impl {
 
   std::string check(std::uint64_t step, Candidate& c) {
     const std::string dir = opts.directory + "/" + step_dir_name(step);
-    json manifest;
-    try {
-      auto m = read_file(dir + "/MANIFEST.json");
-      manifest = json::parse(std::string(m.begin(), m.end()));
-      if (manifest.at("format").get<std::uint32_t>() != kFormat || manifest.at("step").get<std::uint64_t>() != step)
-        return "MANIFEST.json has the wrong format or step";
-    } catch (const Error& e) {
-      return fmt::format("no committed manifest ({})", e.bare_what());
-    } catch (const std::exception& e) {
-      return fmt::format("MANIFEST.json is corrupt ({})", e.what());
-    }
-    const unsigned saved_world = manifest.value("world_size", 0u);
+    format::Manifest manifest;
+    if (std::string why = format::read_manifest(dir, step, manifest); !why.empty()) return why;
     bool all_replicated = std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.sharding == Sharding::Replicated; });
     unsigned source = session.rank();
-    if (saved_world != session.size()) {
+    if (manifest.world_size != session.size()) {
       if (!all_replicated)
         return fmt::format("saved by {} ranks, this job has {} (only replicated state may change world size)",
-                           saved_world, session.size());
+                           manifest.world_size, session.size());
       source = 0;  // replicated: every rank reads rank 0's shard
     }
-    const json* shard_info = nullptr;
-    for (const auto& s : manifest.at("shards"))
-      if (s.at("rank").get<unsigned>() == source) shard_info = &s;
-    if (!shard_info) return fmt::format("manifest lists no shard for rank {}", source);
-    c.shard = shard_name(source);
-    const std::string path = dir + "/" + c.shard;
-    c.fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!c.fd) return fmt::format("{}: cannot open: {}", c.shard, std::strerror(errno));
-    ::posix_fadvise(c.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead: disk reads overlap hashing
-    const std::uint64_t file_size = static_cast<std::uint64_t>(::lseek(c.fd.get(), 0, SEEK_END));
-    if (file_size != shard_info->at("bytes").get<std::uint64_t>())
-      return fmt::format("{} is {} bytes, the manifest says {}", c.shard, file_size,
-                         shard_info->at("bytes").get<std::uint64_t>());
-    char head[16];
-    if (!read_at(c.fd, head, 16, 0) || std::memcmp(head, kMagic, 8) != 0)
-      return fmt::format("{} has no shard header", c.shard);
-    std::uint32_t len = 0;
-    std::memcpy(&len, head + 12, 4);
-    if (16 + static_cast<std::uint64_t>(len) > file_size) return fmt::format("{} header runs past the file", c.shard);
-    std::string text(len, '\0');
-    if (!read_at(c.fd, text.data(), len, 16)) return fmt::format("{}: cannot read its header", c.shard);
-    // The manifest pins the header (and so every entry's checksum and offset): a header altered
-    // into other valid JSON is caught here, before any buffer is touched. (Absent in manifests
-    // written before this check existed.)
-    if (shard_info->contains("header_xxh3") &&
-        fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())) != shard_info->at("header_xxh3").get<std::string>())
-      return fmt::format("{} header does not match its checksum in the manifest", c.shard);
-    if (manifest.contains("metadata")) c.metadata = manifest.at("metadata").get<Metadata>();
-    json header;
-    try {
-      header = json::parse(text);
-    } catch (const std::exception& e) {
-      return fmt::format("{} header is corrupt ({})", c.shard, e.what());
-    }
-    const std::size_t data_start = align_up(16 + len, kDataAlign);
-    std::map<std::string, const json*> by_name;
-    for (const auto& e : header.at("entries")) by_name[e.at("name").get<std::string>()] = &e;
+    const format::ShardRecord* record = manifest.shard_of(source);
+    if (!record) return fmt::format("manifest lists no shard for rank {}", source);
+    if (std::string why = c.reader.open(dir, *record); !why.empty()) return why;
+    c.metadata = std::move(manifest.metadata);
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const Entry& e = entries[i];
-      auto it = by_name.find(e.name);
-      if (it == by_name.end()) return fmt::format("{} lacks entry '{}'", c.shard, e.name);
-      const json& j = *it->second;
-      const std::size_t off = data_start + j.at("offset").get<std::size_t>(), bytes = j.at("bytes").get<std::size_t>();
-      if (e.data && (bytes != e.bytes || j.at("dtype").get<std::string>() != to_string(e.dtype)))
-        return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, bytes,
-                           j.at("dtype").get<std::string>(), e.bytes, to_string(e.dtype));
-      if (off + bytes > file_size) return fmt::format("entry '{}' runs past the end of {}", e.name, c.shard);
-      c.parts.push_back({i, off, bytes, j.at("checksum").get<std::string>()});
+      const format::ShardEntry* f = c.reader.find(e.name);
+      if (!f) return fmt::format("{} lacks entry '{}'", c.reader.name(), e.name);
+      if (e.data && (f->bytes != e.bytes || f->dtype != to_string(e.dtype)))
+        return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, f->bytes, f->dtype, e.bytes,
+                           to_string(e.dtype));
+      c.parts.push_back({i, f});
     }
     return {};
   }
@@ -314,23 +249,12 @@ struct Manager::Impl {
     return static_cast<std::uint8_t*>(e.data);
   }
 
-  // Reads every part, hashing each piece while it is still in cache; "" or why the step is unusable.
+  // Reads every part, verifying it as it arrives; "" or why the step is unusable.
   std::string load(Candidate& c) {
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> owned(XXH3_createState(), XXH3_freeState);
-    XXH3_state_t* state = owned.get();
     for (const auto& part : c.parts) {
-      const Entry& e = entries[part.entry];
-      std::uint8_t* dst = read_target(e, c, part.bytes);
-      XXH3_64bits_reset(state);
-      constexpr std::size_t kPiece = std::size_t{1} << 20;  // fits in L2: the hash reads it from cache
-      for (std::size_t done = 0; done < part.bytes; done += kPiece) {
-        const std::size_t n = std::min(kPiece, part.bytes - done);
-        if (!read_at(c.fd, dst + done, n, part.offset + done))
-          return fmt::format("{}: short read in entry '{}'", c.shard, e.name);
-        XXH3_64bits_update(state, dst + done, n);
-      }
-      if (fmt::format("{:016x}", XXH3_64bits_digest(state)) != part.checksum)
-        return fmt::format("entry '{}' in {} fails its checksum", e.name, c.shard);
+      if (std::string why = c.reader.read_verified(*part.file, read_target(entries[part.entry], c, part.file->bytes));
+          !why.empty())
+        return why;
     }
     return {};
   }
@@ -350,17 +274,6 @@ struct Manager::Impl {
         *e.blob = std::move(c.blobs[blob++]);
       }
     }
-  }
-
-  static bool read_at(const Fd& fd, void* dst, std::size_t bytes, std::size_t offset) {
-    std::size_t got = 0;
-    while (got < bytes) {
-      ssize_t r = ::pread(fd.get(), static_cast<char*>(dst) + got, bytes - got, static_cast<off_t>(offset + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      got += static_cast<std::size_t>(r);
-    }
-    return true;
   }
 
   // Every rank's verdict on one phase; "" when all are fine, else "rank r: why; ...".
