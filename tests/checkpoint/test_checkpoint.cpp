@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
 
@@ -216,6 +217,39 @@ TEST_CASE("a shard header altered into other valid JSON is caught before any buf
   CHECK(f.mgr->restore() == -1);  // in place, yet no throw: nothing was read into the buffers
   CHECK(f.holds(99));
   CHECK(f.logged("header does not match its checksum in the manifest"));
+}
+
+TEST_CASE("inspect: committed, uncommitted and damaged steps, without registering anything", "[checkpoint]") {
+  Fixture f;
+  f.set(1);
+  f.mgr->save(1, {{"loss", "0.5"}}).get();
+  f.save(2);
+  f.save(3);
+  f.mgr->wait_idle();
+  fs::remove(f.manifest(3));                    // uncommitted
+  flip_a_bit(f.shard(2), 8192);                 // damaged inside entry 'w'
+  std::vector<std::string> progress;
+  checkpoint::InspectOptions o;
+  o.progress = [&](const std::string& m) { progress.push_back(m); };
+  auto steps = checkpoint::inspect(f.dir, o);
+  REQUIRE(steps.size() == 2);  // keep_last = 2 removed step 1
+  CHECK(steps[0].step == 3);
+  CHECK_FALSE(steps[0].committed);
+  CHECK_THAT(steps[0].problem, Catch::Contains("no committed manifest"));
+  CHECK(steps[1].step == 2);
+  CHECK(steps[1].committed);
+  CHECK_FALSE(steps[1].intact());
+  REQUIRE(steps[1].problems().size() == 1);
+  CHECK_THAT(steps[1].problems()[0], Catch::Contains("entry 'w'") && Catch::Contains("fails its checksum"));
+  REQUIRE(steps[1].shards.size() == 1);
+  CHECK(steps[1].shards[0].entries.size() == 3);  // w, d, rng
+  CHECK(progress.size() == 1);
+  CHECK(checkpoint::latest_step(f.dir) == std::optional<std::uint64_t>(3));
+  o.check_data = false;  // headers only: the flipped bit is not seen, the structure is
+  auto quick = checkpoint::inspect(f.dir, o);
+  CHECK(quick[1].problems().empty());
+  CHECK_FALSE(quick[1].data_checked);
+  CHECK_THROWS_WITH(checkpoint::inspect(f.dir + "/nope"), Catch::Contains("cannot read checkpoint directory"));
 }
 
 TEST_CASE("a failing write leaves earlier checkpoints intact and training goes on", "[checkpoint]") {

@@ -1,0 +1,55 @@
+#pragma once
+// Looking at a checkpoint directory without a job: which steps exist, which are committed, what
+// they hold, and whether every byte still matches its checksum. Used by `trainrt-ckpt`.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainrt/checkpoint/manager.hpp"
+
+namespace trainrt::checkpoint {
+
+struct EntryReport {
+  std::string name, kind, dtype;
+  std::vector<std::int64_t> shape;
+  std::uint64_t bytes = 0;
+  bool replicated = false;
+  std::string problem;  // empty when its checksum matched (or data was not read)
+};
+
+struct ShardReport {
+  unsigned rank = 0;
+  std::string file;
+  std::uint64_t bytes = 0;
+  std::string problem;  // opening/header problems; entry problems sit in `entries`
+  std::vector<EntryReport> entries;
+};
+
+struct StepReport {
+  std::uint64_t step = 0;
+  bool committed = false;  // has a readable manifest
+  bool data_checked = false;
+  unsigned world_size = 0;
+  Metadata metadata;
+  std::string problem;  // why it is not committed, or a shard the manifest lacks
+  std::vector<ShardReport> shards;
+  std::uint64_t bytes() const;
+  // Committed, every shard opens, and (when data was checked) every entry matched its checksum.
+  bool intact() const;
+  std::vector<std::string> problems() const;  // every problem, each naming its shard and entry
+};
+
+struct InspectOptions {
+  bool check_data = true;             // read every entry and compare checksums
+  std::optional<std::uint64_t> step;  // only this step
+  std::function<void(const std::string&)> progress;
+};
+
+// Steps newest first. Throws trainrt::Error when `directory` cannot be read.
+std::vector<StepReport> inspect(const std::string& directory, const InspectOptions& options = {});
+// The step the `latest` pointer names; nullopt when there is none or it is unreadable.
+std::optional<std::uint64_t> latest_step(const std::string& directory);
+
+}  // namespace trainrt::checkpoint
