@@ -30,7 +30,11 @@ class HierarchicalCommunicator final : public Communicator {
       by_node[node].push_back(r);
     }
     std::vector<unsigned> leaders;
-    for (const auto& [node, ranks] : by_node) leaders.push_back(ranks.front());
+    where_.resize(size_);
+    for (const auto& [node, ranks] : by_node) {
+      for (unsigned i = 0; i < ranks.size(); ++i) where_[ranks[i]] = {static_cast<unsigned>(leaders.size()), i};
+      leaders.push_back(ranks.front());
+    }
     local_session_ = std::make_unique<SubSession>(session, by_node.at(mine));
     leader_session_ = std::make_unique<SubSession>(session, leaders);
     // Every rank takes part in building every node's shared-memory group (parent allgathers).
@@ -63,15 +67,37 @@ class HierarchicalCommunicator final : public Communicator {
   Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
     return progress_.run([=, this] { all_->allgather(in, out, count, t).wait(); }, mode);
   }
+  // Over the network once per node, not once per rank: the root's node first, then the leaders,
+  // then every other node from its leader (local index 0).
   Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
-    return progress_.run([=, this] { all_->broadcast(buf, count, t, root).wait(); }, mode);
+    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "shm+gloo");
+    return progress_.run(
+        [=, this] {
+          const Place from = where_[root];
+          const bool root_node = where_[rank_].node == from.node;
+          if (root_node) local_->broadcast(buf, count, t, from.local).wait();
+          if (leaders_) leaders_->broadcast(buf, count, t, from.node).wait();
+          if (!root_node) local_->broadcast(buf, count, t, 0).wait();
+        },
+        mode);
   }
   Work barrier(Mode mode) override {
-    return progress_.run([this] { all_->barrier().wait(); }, mode);
+    return progress_.run(
+        [this] {
+          local_->barrier().wait();  // everyone here has arrived
+          if (leaders_) leaders_->barrier().wait();
+          local_->barrier().wait();  // released once our leader saw every node arrive
+        },
+        mode);
   }
 
  private:
+  struct Place {
+    unsigned node = 0;   // index among the node leaders
+    unsigned local = 0;  // index inside its node
+  };
   unsigned rank_, size_;
+  std::vector<Place> where_;  // of every rank
   std::unique_ptr<SubSession> local_session_, leader_session_;
   std::unique_ptr<Communicator> local_, leaders_, all_;
   ProgressThread progress_;

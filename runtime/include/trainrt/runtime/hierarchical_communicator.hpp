@@ -1,7 +1,8 @@
 #pragma once
 // The host backend of a multi-node world: allreduce reduces inside each node over shared memory,
 // across nodes among the node leaders over Gloo, and broadcasts back over shared memory, so only
-// one rank per node touches the network. The other collectives use Gloo across all ranks.
+// one rank per node touches the network. broadcast and barrier are staged the same way (root's node,
+// leaders, other nodes); allgather and reduce_scatter use Gloo across all ranks.
 #include <memory>
 
 #include "trainrt/bootstrap/session.hpp"
