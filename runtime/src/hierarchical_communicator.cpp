@@ -31,6 +31,14 @@ class HierarchicalCommunicator final : public Communicator {
     }
     std::vector<unsigned> leaders;
     where_.resize(size_);
+    // allgather can go node by node when every node holds the same number of consecutive ranks
+    // (Slurm's default block distribution); otherwise it goes to Gloo across all ranks.
+    node_blocks_ = true;
+    unsigned next = 0;
+    for (const auto& [node, ranks] : by_node) {
+      node_blocks_ = node_blocks_ && ranks.size() == by_node.begin()->second.size();
+      for (unsigned r : ranks) node_blocks_ = node_blocks_ && r == next++;
+    }
     for (const auto& [node, ranks] : by_node) {
       for (unsigned i = 0; i < ranks.size(); ++i) where_[ranks[i]] = {static_cast<unsigned>(leaders.size()), i};
       leaders.push_back(ranks.front());
@@ -65,7 +73,22 @@ class HierarchicalCommunicator final : public Communicator {
     return progress_.run([=, this] { all_->reduce_scatter(in, out, count, t, op).wait(); }, mode);
   }
   Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
-    return progress_.run([=, this] { all_->allgather(in, out, count, t).wait(); }, mode);
+    if (!node_blocks_) return progress_.run([=, this] { all_->allgather(in, out, count, t).wait(); }, mode);
+    return progress_.run(
+        [=, this] {
+          // This node's ranks fill its block in place, the leaders exchange whole node blocks, and
+          // every node receives the result from its leader.
+          const std::size_t node_elems = count * local_->size(), es = size_of(t);
+          auto* o = static_cast<std::byte*>(out);
+          std::byte* mine = o + where_[rank_].node * node_elems * es;
+          local_->allgather(in, mine, count, t).wait();
+          if (leaders_) {
+            std::vector<std::byte> block(mine, mine + node_elems * es);  // Gloo wants input apart from output
+            leaders_->allgather(block.data(), o, node_elems, t).wait();
+          }
+          local_->broadcast(o, count * size_, t, 0).wait();
+        },
+        mode);
   }
   // Over the network once per node, not once per rank: the root's node first, then the leaders,
   // then every other node from its leader (local index 0).
@@ -98,6 +121,7 @@ class HierarchicalCommunicator final : public Communicator {
   };
   unsigned rank_, size_;
   std::vector<Place> where_;  // of every rank
+  bool node_blocks_ = false;
   std::unique_ptr<SubSession> local_session_, leader_session_;
   std::unique_ptr<Communicator> local_, leaders_, all_;
   ProgressThread progress_;

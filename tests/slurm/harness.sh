@@ -7,7 +7,9 @@ cluster_harness() {
   work=$(mktemp -d)
   cd "$work" || exit 1
   trap 'bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-  passed=0 failed=0
+  passed=0 failed=0 mark=$SECONDS
 }
-pass() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL: $1"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); }
+# Each line says how long it took since the previous one (cluster starts included): the way to
+# see which check a slow run spent its time in.
+pass() { echo "ok: $1 [$((SECONDS - mark)) s]"; passed=$((passed + 1)); mark=$SECONDS; }
+fail() { echo "FAIL: $1 [$((SECONDS - mark)) s]"; shift; printf '  %s\n' "$@"; failed=$((failed + 1)); mark=$SECONDS; }

@@ -2,7 +2,9 @@
 // The host backend of a multi-node world: allreduce reduces inside each node over shared memory,
 // across nodes among the node leaders over Gloo, and broadcasts back over shared memory, so only
 // one rank per node touches the network. broadcast and barrier are staged the same way (root's node,
-// leaders, other nodes); allgather and reduce_scatter use Gloo across all ranks.
+// leaders, other nodes), and so is allgather when every node holds the same number of consecutive
+// ranks (Slurm's block distribution); otherwise allgather, and always reduce_scatter, use Gloo
+// across all ranks.
 #include <memory>
 
 #include "trainrt/bootstrap/session.hpp"
