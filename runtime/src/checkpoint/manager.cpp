@@ -62,7 +62,7 @@ struct PageAligned {
   template <class U>
   PageAligned(const PageAligned<U>&) {}
   T* allocate(std::size_t n) {
-    void* p = std::aligned_alloc(kPage, align_up(n * sizeof(T), kPage));
+    void* p = std::aligned_alloc(kPage, align_up(std::max<std::size_t>(n * sizeof(T), 1), kPage));
     if (!p) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
