@@ -317,9 +317,8 @@ class ShmCommunicator final : public Communicator {
     }
   }
 
-  void do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op,
-                    Kind kind = Kind::Allreduce) {
-    begin({0, count, 0, kind, dtype, op});
+  void do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
+    begin({0, count, 0, Kind::Allreduce, dtype, op});
     const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
     const auto* in = static_cast<const std::byte*>(in_v);
     auto* out = static_cast<std::byte*>(out_v);
