@@ -61,7 +61,6 @@ void check_write(int err, const std::string& path) {
 
 // Large page-aligned pieces go around the page cache (O_DIRECT): on the VMs measured this doubles
 // write throughput and makes it steady, and a checkpoint does not evict the job's cached data.
-constexpr std::size_t kDirectAlign = 4096;
 constexpr std::size_t kDirectMin = std::size_t{1} << 20;
 bool suits_direct(const Piece& piece, std::size_t offset) {
   return piece.bytes >= kDirectMin && piece.bytes % kDirectAlign == 0 && offset % kDirectAlign == 0 &&

@@ -13,6 +13,9 @@ struct Piece {
   const void* data;
   std::size_t bytes;
 };
+// Pieces of at least 1 MiB whose address, size and file offset are multiples of kDirectAlign are
+// written around the page cache (O_DIRECT) where the filesystem allows it.
+constexpr std::size_t kDirectAlign = 4096;
 void write_pieces_durably(const std::string& path, const std::vector<Piece>& pieces);
 void fsync_directory(const std::string& dir);
 // rename() then fsync of the directory that holds `to`.

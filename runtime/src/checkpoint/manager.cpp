@@ -52,9 +52,9 @@ struct Entry {
   void* pinned = nullptr;               // device buffers: their pinned host staging
 };
 
-// Staging starts on a page boundary and spans whole pages, so the shard writer can hand it to
-// O_DIRECT in one piece.
-constexpr std::size_t kPage = 4096;
+// Staging starts and ends on kDirectAlign boundaries, so the shard writer hands it to O_DIRECT in
+// one piece.
+constexpr std::size_t kPage = kDirectAlign;
 template <class T>
 struct PageAligned {
   using value_type = T;
