@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config git
   libhwloc-dev hwloc libfmt-dev nlohmann-json3-dev libpugixml-dev libcli11-dev catch2 python3
+  # checkpoint checksums (XXH3)
+  libxxhash-dev
   # the SPANK plugin and the real local Slurm cluster its tests run on
   libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge libpmix-dev iproute2
   # multi-process tests under mpirun (a PMIx server) and the Open MPI benchmark peer
