@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <exception>
 #include <vector>
 
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cpu.hpp"
 #include "trainrt/kernels/cuda.hpp"
+#include "trainrt/runtime/nccl_communicator.hpp"
 
 #ifdef TRAINRT_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
@@ -44,11 +46,33 @@ void release(void* p, Memory memory) {
 
 }  // namespace
 
+// The communicator's caller stream set to the bucketer's for one allreduce(), then restored: the
+// collectives then order after the packs and before the unpacks on that one stream.
+class CallerStream {
+ public:
+  CallerStream(Communicator& comm, void* stream) : comm_(comm), saved_(nccl_stream(comm)) {
+    if (stream) set_nccl_stream(comm, stream);
+  }
+  ~CallerStream() {
+    try {
+      set_nccl_stream(comm_, saved_);
+    } catch (...) {
+    }
+  }
+  void* stream() { return nccl_stream(comm_); }
+
+ private:
+  Communicator& comm_;
+  void* saved_;
+};
+
 GradientBucketer::GradientBucketer(Communicator& comm, std::vector<kernels::TensorRef> grads, DType dtype,
-                                   std::size_t bucket_bytes, Memory memory)
-    : comm_(comm), grads_(std::move(grads)), dtype_(dtype), memory_(memory) {
-  if (bucket_bytes == 0) throw Error("bucket size must be positive", "bucketer");
+                                   std::size_t bucket_bytes, Memory memory, void* stream)
+    : comm_(comm), grads_(std::move(grads)), dtype_(dtype), memory_(memory), stream_(stream) {
+  if (bucket_bytes == 0) throw UsageError("bucket size must be positive", "bucketer");
   const std::size_t es = size_of(dtype);
+  if (es == 0) throw UsageError("unknown dtype", "bucketer");
+  if (memory == Memory::Device) (void)nccl_stream(comm);  // UsageError unless comm is NCCL's
   Bucket b;
   for (std::size_t i = 0; i < grads_.size(); ++i) {
     const std::size_t bytes = grads_[i].count * es;
@@ -80,26 +104,41 @@ void GradientBucketer::allreduce(ReduceOp op) {
     return src;
   };
   if (memory_ == Memory::Device) {
+    // Everything on one stream: pack k, allreduce k (ordered after pack k by the communicator's
+    // event), unpack k (ordered after allreduce k); the host waits only at the end.
+    CallerStream scope(comm_, stream_);
+    void* stream = scope.stream();
+    std::vector<Work> pending;
+    pending.reserve(buckets_.size());
     for (const auto& b : buckets_) {
       auto src = sources(b);
-      kernels::cuda::pack(src.data(), src.size(), dtype_, b.flat);
-      comm_.allreduce(b.flat, b.flat, b.elements, dtype_, op).wait();
-      kernels::cuda::unpack(b.flat, grads_.data() + b.first, b.count, dtype_);
+      kernels::cuda::pack(src.data(), src.size(), dtype_, b.flat, stream);
+      pending.push_back(comm_.allreduce_async(b.flat, b.flat, b.elements, dtype_, op));
+      kernels::cuda::unpack(b.flat, grads_.data() + b.first, b.count, dtype_, stream);
     }
+    for (auto& w : pending) w.wait();  // throws the first failure (the communicator aborted)
     return;
   }
   // Host: bucket k's collective runs on the progress thread while bucket k+1 is packed here.
-  std::vector<Work> pending(buckets_.size());
-  for (std::size_t k = 0; k < buckets_.size(); ++k) {
-    const Bucket& b = buckets_[k];
+  std::vector<Work> pending;
+  pending.reserve(buckets_.size());
+  for (const auto& b : buckets_) {
     auto src = sources(b);
     kernels::cpu::pack(src.data(), src.size(), dtype_, b.flat);
-    pending[k] = comm_.allreduce(b.flat, b.flat, b.elements, dtype_, op, Mode::Async);
+    pending.push_back(comm_.allreduce_async(b.flat, b.flat, b.elements, dtype_, op));
   }
+  // Every collective is waited for before an error leaves: none may still write a bucket after.
+  std::exception_ptr first;
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
-    pending[k].wait();
-    kernels::cpu::unpack(buckets_[k].flat, grads_.data() + buckets_[k].first, buckets_[k].count, dtype_);
+    try {
+      pending[k].wait();
+      if (!first)
+        kernels::cpu::unpack(buckets_[k].flat, grads_.data() + buckets_[k].first, buckets_[k].count, dtype_);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
   }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace trainrt

@@ -5,6 +5,7 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -15,7 +16,7 @@
 #include <cstring>
 #include <map>
 
-#include "progress_thread.hpp"
+#include "host_communicator.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -80,10 +81,10 @@ T same(T v) {
   return v;
 }
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
-      : rank_(session.rank()), size_(session.size()) {
+      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()) {
     if (address.empty()) {
       const char* node = std::getenv("SLURMD_NODENAME");
       char host[256] = {};
@@ -101,78 +102,76 @@ class GlooCommunicator final : public Communicator {
       context_ = ctx;
     } catch (const Error&) {
       throw;
+    } catch (const gloo::IoException& e) {
+      throw PeerError(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
     }
   }
+  ~GlooCommunicator() override { stop_progress(); }
 
   unsigned rank() const override { return rank_; }
   unsigned size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
 
-  Work allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return progress_.run([=, this] { wrap([&] { do_allreduce(in, out, count, t, op); }); }, mode);
+  Work start_allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return submit(mode, [=, this] { wrap([&] { do_allreduce(in, out, count, t, op); }); });
   }
 
-  Work reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return progress_.run(
-        [=, this] {
-          wrap([&] {
-            std::vector<std::byte> tmp(count * size_ * size_of(t));
-            do_allreduce(in, tmp.data(), count * size_, t, op);
-            std::memcpy(out, tmp.data() + rank_ * count * size_of(t), count * size_of(t));
-          });
-        },
-        mode);
+  Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return submit(mode, [=, this] {
+      wrap([&] {
+        std::vector<std::byte> tmp(count * size_ * size_of(t));
+        do_allreduce(in, tmp.data(), count * size_, t, op);
+        std::memcpy(out, tmp.data() + rank_ * count * size_of(t), count * size_of(t));
+      });
+    });
   }
 
-  Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
-    return progress_.run(
-        [=, this] {
-          wrap([&] {
-            if (count == 0) return;
-            gloo::AllgatherOptions o(context_);
-            o.setInput(static_cast<std::uint8_t*>(const_cast<void*>(in)), count * size_of(t));
-            o.setOutput(static_cast<std::uint8_t*>(out), count * size_of(t) * size_);
-            gloo::allgather(o);
-          });
-        },
-        mode);
+  Work start_allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
+    return submit(mode, [=, this] {
+      wrap([&] {
+        if (count == 0) return;
+        gloo::AllgatherOptions o(context_);
+        o.setInput(static_cast<std::uint8_t*>(const_cast<void*>(in)), count * size_of(t));
+        o.setOutput(static_cast<std::uint8_t*>(out), count * size_of(t) * size_);
+        gloo::allgather(o);
+      });
+    });
   }
 
-  Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
-    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "gloo");
-    return progress_.run(
-        [=, this] {
-          wrap([&] {
-            if (count == 0) return;
-            gloo::BroadcastOptions o(context_);
-            o.setOutput(static_cast<std::uint8_t*>(buf), count * size_of(t));
-            o.setRoot(static_cast<int>(root));
-            gloo::broadcast(o);
-          });
-        },
-        mode);
+  Work start_broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
+    return submit(mode, [=, this] {
+      wrap([&] {
+        if (count == 0) return;
+        gloo::BroadcastOptions o(context_);
+        o.setOutput(static_cast<std::uint8_t*>(buf), count * size_of(t));
+        o.setRoot(static_cast<int>(root));
+        gloo::broadcast(o);
+      });
+    });
   }
 
-  Work barrier(Mode mode) override {
-    return progress_.run(
-        [this] {
-          wrap([&] {
-            gloo::BarrierOptions o(context_);
-            gloo::barrier(o);
-          });
-        },
-        mode);
+  Work start_barrier(Mode mode) override {
+    return submit(mode, [this] {
+      wrap([&] {
+        gloo::BarrierOptions o(context_);
+        gloo::barrier(o);
+      });
+    });
   }
 
  private:
+  // Gloo reports a dead peer, a closed connection and a timeout as an IoException: a PeerError.
+  // Anything else it throws (an enforce failure) is its own bug or ours: a plain Error.
   template <typename F>
   void wrap(F&& f) {
     try {
       f();
     } catch (const Error&) {
       throw;
+    } catch (const gloo::IoException& e) {
+      throw PeerError(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     }
@@ -203,12 +202,9 @@ class GlooCommunicator final : public Communicator {
 
   unsigned rank_, size_;
   std::shared_ptr<gloo::Context> context_;
-  ProgressThread progress_;
 };
 
 }  // namespace
-
-bool gloo_available() { return true; }
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
                                                      const std::string& address, const std::string& tag) {

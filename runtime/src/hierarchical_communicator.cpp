@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "progress_thread.hpp"
+#include "host_communicator.hpp"
 #include "sub_session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -16,10 +16,10 @@
 namespace trainrt {
 namespace {
 
-class HierarchicalCommunicator final : public Communicator {
+class HierarchicalCommunicator final : public HostCommunicator {
  public:
   HierarchicalCommunicator(bootstrap::Session& session, const CommOptions& options)
-      : rank_(session.rank()), size_(session.size()) {
+      : HostCommunicator("shm+gloo"), rank_(session.rank()), size_(session.size()) {
     // Group ranks by node id, learnt from everyone.
     std::uint32_t mine = session.node_id();
     std::map<std::uint32_t, std::vector<unsigned>> by_node;
@@ -53,65 +53,64 @@ class HierarchicalCommunicator final : public Communicator {
       leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id));
     all_ = make_gloo_communicator(session, options, {}, fmt::format("hier{}-all", id));
   }
+  ~HierarchicalCommunicator() override { stop_progress(); }
 
   unsigned rank() const override { return rank_; }
   unsigned size() const override { return size_; }
   std::string backend() const override { return "shm+gloo"; }
 
-  Work allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return progress_.run(
-        [=, this] {
-          const ReduceOp phase_op = op == ReduceOp::Avg ? ReduceOp::Sum : op;
-          local_->allreduce(in, out, count, t, phase_op).wait();
-          if (leaders_) leaders_->allreduce(out, out, count, t, phase_op).wait();
-          local_->broadcast(out, count, t, 0).wait();
-          if (op == ReduceOp::Avg) divide_in_place(out, count, t, size_);
-        },
-        mode);
+  Work start_allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return submit(mode, [=, this] {
+      const ReduceOp phase_op = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+      local_->allreduce(in, out, count, t, phase_op);
+      if (leaders_) leaders_->allreduce(out, out, count, t, phase_op);
+      local_->broadcast(out, count, t, 0);
+      if (op == ReduceOp::Avg) divide_in_place(out, count, t, size_);
+    });
   }
-  Work reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return progress_.run([=, this] { all_->reduce_scatter(in, out, count, t, op).wait(); }, mode);
+  Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return submit(mode, [=, this] { all_->reduce_scatter(in, out, count, t, op); });
   }
-  Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
-    if (!node_blocks_) return progress_.run([=, this] { all_->allgather(in, out, count, t).wait(); }, mode);
-    return progress_.run(
-        [=, this] {
-          // This node's ranks fill its block in place, the leaders exchange whole node blocks, and
-          // every node receives the result from its leader.
-          const std::size_t node_elems = count * local_->size(), es = size_of(t);
-          auto* o = static_cast<std::byte*>(out);
-          std::byte* mine = o + where_[rank_].node * node_elems * es;
-          local_->allgather(in, mine, count, t).wait();
-          if (leaders_) {
-            std::vector<std::byte> block(mine, mine + node_elems * es);  // Gloo wants input apart from output
-            leaders_->allgather(block.data(), o, node_elems, t).wait();
-          }
-          local_->broadcast(o, count * size_, t, 0).wait();
-        },
-        mode);
+  Work start_allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
+    if (!node_blocks_) return submit(mode, [=, this] { all_->allgather(in, out, count, t); });
+    return submit(mode, [=, this] {
+      // This node's ranks fill its block in place, the leaders exchange whole node blocks, and
+      // every node receives the result from its leader.
+      const std::size_t node_elems = count * local_->size(), es = size_of(t);
+      auto* o = static_cast<std::byte*>(out);
+      std::byte* mine = o + where_[rank_].node * node_elems * es;
+      local_->allgather(in, mine, count, t);
+      if (leaders_) {
+        std::vector<std::byte> block(mine, mine + node_elems * es);  // Gloo wants input apart from output
+        leaders_->allgather(block.data(), o, node_elems, t);
+      }
+      local_->broadcast(o, count * size_, t, 0);
+    });
   }
   // Over the network once per node, not once per rank: the root's node first, then the leaders,
   // then every other node from its leader (local index 0).
-  Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
-    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "shm+gloo");
-    return progress_.run(
-        [=, this] {
-          const Place from = where_[root];
-          const bool root_node = where_[rank_].node == from.node;
-          if (root_node) local_->broadcast(buf, count, t, from.local).wait();
-          if (leaders_) leaders_->broadcast(buf, count, t, from.node).wait();
-          if (!root_node) local_->broadcast(buf, count, t, 0).wait();
-        },
-        mode);
+  Work start_broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
+    return submit(mode, [=, this] {
+      const Place from = where_[root];
+      const bool root_node = where_[rank_].node == from.node;
+      if (root_node) local_->broadcast(buf, count, t, from.local);
+      if (leaders_) leaders_->broadcast(buf, count, t, from.node);
+      if (!root_node) local_->broadcast(buf, count, t, 0);
+    });
   }
-  Work barrier(Mode mode) override {
-    return progress_.run(
-        [this] {
-          local_->barrier().wait();  // everyone here has arrived
-          if (leaders_) leaders_->barrier().wait();
-          local_->barrier().wait();  // released once our leader saw every node arrive
-        },
-        mode);
+  Work start_barrier(Mode mode) override {
+    return submit(mode, [this] {
+      local_->barrier();  // everyone here has arrived
+      if (leaders_) leaders_->barrier();
+      local_->barrier();  // released once our leader saw every node arrive
+    });
+  }
+
+  // A failure in one stage must reach the ranks waiting in another: a leader whose Gloo exchange
+  // failed aborts its node's shared-memory group, which its local ranks are waiting in.
+  void on_failure() noexcept override {
+    for (auto* c : {local_.get(), leaders_.get(), all_.get()})
+      if (c) c->abort("the hierarchical communicator failed on rank " + std::to_string(rank_));
   }
 
  private:
@@ -124,7 +123,6 @@ class HierarchicalCommunicator final : public Communicator {
   bool node_blocks_ = false;
   std::unique_ptr<SubSession> local_session_, leader_session_;
   std::unique_ptr<Communicator> local_, leaders_, all_;
-  ProgressThread progress_;
 };
 
 }  // namespace

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/gloo_communicator.hpp"
@@ -19,22 +22,51 @@ std::string env_or(const char* name, const char* fallback = "") {
   return v && *v ? v : fallback;
 }
 
+// A non-negative integer from the environment; `fallback` when unset. Anything else is an Error
+// naming the variable (never std::invalid_argument from a bare std::stoul).
 int env_int(const char* name, int fallback) {
-  std::string v = env_or(name);
+  const std::string v = env_or(name);
   if (v.empty()) return fallback;
-  char* end = nullptr;
-  long n = std::strtol(v.c_str(), &end, 10);
-  if (*end || n < 0) throw Error(fmt::format("{}='{}' is not a non-negative integer", name, v), "init");
-  return static_cast<int>(n);
+  int n = -1;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc{} || end != v.data() + v.size() || n < 0)
+    throw Error(fmt::format("{}='{}' is not a non-negative integer", name, v), "init");
+  return n;
+}
+
+// Decides, the same way on every rank, whether NCCL can run: every rank names its GPU's PCI bus
+// id through the bootstrap, and ranks without one, or two ranks of a node on one GPU, rule it out.
+// Returns "" when it can, else why not. A collective call: every rank makes it.
+std::string device_placement(Runtime& rt, bootstrap::Session& session) {
+  rt.cuda_device = pick_cuda_device(rt.local_rank);
+  const std::string bus = gpu_bus_id(rt.cuda_device);
+  const std::uint32_t node = session.node_id();
+  std::vector<std::uint8_t> mine(sizeof node);
+  std::memcpy(mine.data(), &node, sizeof node);
+  mine.insert(mine.end(), bus.begin(), bus.end());
+  std::vector<RankGpu> all;
+  const auto blobs = session.allgather(mine);
+  for (unsigned r = 0; r < blobs.size(); ++r) {
+    if (blobs[r].size() < sizeof node || blobs[r].size() > sizeof node + 64)
+      throw Error(fmt::format("rank {} sent a {}-byte GPU identity", r, blobs[r].size()), "init");
+    RankGpu g;
+    g.rank = r;
+    std::memcpy(&g.node, blobs[r].data(), sizeof node);
+    g.bus_id.assign(blobs[r].begin() + sizeof node, blobs[r].end());
+    all.push_back(std::move(g));
+  }
+  return nccl_placement_problem(all).value_or("");
 }
 
 }  // namespace
 
 std::string Runtime::describe() const {
-  return fmt::format("rank {}/{} (local {}/{}), host backend {}, device backend {}, cpus {}, nics {}, restart {}", rank,
+  return fmt::format("rank {}/{} (local {}/{}), host backend {}, device backend {}{}, cpus {}, nics {}, restart {}", rank,
                      size, local_rank, local_size, host ? host->backend() : "none",
-                     device ? device->backend() : "none", placement_cpus.empty() ? "-" : placement_cpus,
-                     placement_nics.empty() ? "-" : placement_nics, restart_count);
+                     device ? device->backend() : "none",
+                     device ? fmt::format(" on GPU {}", cuda_device) : device_note.empty() ? "" : " (" + device_note + ")",
+                     placement_cpus.empty() ? "-" : placement_cpus, placement_nics.empty() ? "-" : placement_nics,
+                     restart_count);
 }
 
 std::unique_ptr<Runtime> init(const InitOptions& options) {
@@ -44,12 +76,11 @@ std::unique_ptr<Runtime> init(const InitOptions& options) {
   rt->size = rt->session->size();
   rt->local_rank = rt->session->local_rank();
   rt->local_size = rt->session->local_size();
-  rt->cuda_device = env_int("TRAINRT_CUDA_DEVICE", -1);
   rt->placement_cpus = env_or("TRAINRT_CPUS");
   rt->placement_nics = env_or("TRAINRT_NICS");
   rt->restart_count = static_cast<unsigned>(env_int("SLURM_RESTART_COUNT", 0));
   // The plugin's LOCAL_RANK and PMIx's must agree, or placement and communicators disagree.
-  if (std::string lr = env_or("TRAINRT_LOCAL_RANK"); !lr.empty() && std::stoul(lr) != rt->local_rank)
+  if (int lr = env_int("TRAINRT_LOCAL_RANK", -1); lr >= 0 && static_cast<unsigned>(lr) != rt->local_rank)
     throw Error(fmt::format("TRAINRT_LOCAL_RANK={} but PMIx says local rank {}", lr, rt->local_rank), "init");
 
   // TRAINRT_HOST_BACKEND=shm|gloo|hierarchical overrides the choice (shm needs a single-node world).
@@ -65,15 +96,29 @@ std::unique_ptr<Runtime> init(const InitOptions& options) {
   else
     throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
 
-  const bool want = options.nccl == DeviceComm::Required || (options.nccl == DeviceComm::Auto && nccl_available());
-  if (options.nccl == DeviceComm::Required && !nccl_available())
-    throw Error("NCCL was required but this build or machine has no NCCL/GPU", "init");
-  if (want) {
-    NcclOptions nccl;
-    nccl.device = rt->cuda_device >= 0 ? rt->cuda_device : -1;
-    nccl.init_timeout = options.comm.timeout;
-    rt->device = make_nccl_communicator(*rt->session, nccl);
+  if (options.nccl == DeviceComm::Off) {
+    rt->device_note = "device communicator off";
+    return rt;
   }
+  if (!nccl_built()) {
+    if (options.nccl == DeviceComm::Required)
+      throw Error("NCCL was required but this build has no NCCL (configure with CUDA and NCCL present)", "init");
+    rt->device_note = "built without NCCL";
+    return rt;
+  }
+  // Every rank of a NCCL build takes part, GPU or not, so the decision is the same everywhere.
+  if (std::string problem = device_placement(*rt, *rt->session); !problem.empty()) {
+    if (options.nccl == DeviceComm::Required)
+      throw Error("NCCL was required but cannot run here: " + problem, "init");
+    rt->device_note = problem + "; device collectives are off, reduce through the host communicator";
+    if (rt->rank == 0) fmt::print(stderr, "trainrt: {}\n", rt->device_note);
+    return rt;
+  }
+  NcclOptions nccl;
+  nccl.device = rt->cuda_device;
+  nccl.init_timeout = options.comm.timeout;
+  nccl.timeout = options.comm.timeout;
+  rt->device = make_nccl_communicator(*rt->session, nccl);
   return rt;
 }
 

@@ -6,16 +6,27 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <utility>
 
 #include "trainrt/error.hpp"
 
 namespace trainrt {
 namespace {
 
-void check_nccl(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess && rc != ncclInProgress)
-    throw Error(fmt::format("{} failed: {}", what, ncclGetErrorString(rc)), "nccl");
+using Clock = std::chrono::steady_clock;
+
+// An NCCL call that failed outright: the transport or a peer (PeerError) unless NCCL says the
+// arguments were wrong (UsageError).
+[[noreturn]] void throw_nccl(ncclResult_t rc, const std::string& what) {
+  const std::string msg = fmt::format("{} failed: {} ({})", what, ncclGetErrorString(rc), ncclGetLastError(nullptr));
+  if (rc == ncclInvalidArgument || rc == ncclInvalidUsage) throw UsageError(msg, "nccl");
+  throw PeerError(msg, "nccl");
+}
+
+void check_nccl(ncclResult_t rc, const std::string& what) {
+  if (rc != ncclSuccess && rc != ncclInProgress) throw_nccl(rc, what);
 }
 
 void check_cuda(cudaError_t rc, const char* what) {
@@ -31,7 +42,7 @@ ncclDataType_t nccl_type(DType t) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
   }
-  return ncclFloat32;
+  throw UsageError("unknown dtype", "nccl");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -41,123 +52,269 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::Min: return ncclMin;
     case ReduceOp::Max: return ncclMax;
   }
-  return ncclSum;
+  throw UsageError("unknown reduction", "nccl");
 }
 
-// Waits for a non-blocking NCCL call; aborts the communicator when it does not finish in time.
-void await_comm(ncclComm_t comm, std::chrono::milliseconds timeout, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  ncclResult_t state = ncclInProgress;
-  while (true) {
-    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
-    if (state != ncclInProgress) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ncclCommAbort(comm);
-      throw Error(fmt::format("{} did not finish within {} ms; communicator aborted", what, timeout.count()), "nccl");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+// Makes `device` current for a scope: NCCL and the stream/event calls below belong to the
+// communicator's device, whatever the calling thread had current. Never throws (it runs in
+// destructors and abort paths); a device that cannot be made current fails the next CUDA call.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) noexcept {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) cudaSetDevice(device);
   }
-  if (state != ncclSuccess) throw Error(fmt::format("{} failed: {}", what, ncclGetErrorString(state)), "nccl");
-}
+  ~DeviceScope() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
 
+ private:
+  int previous_ = -1;
+};
+
+// A communicator handle shared by the communicator and its outstanding Work, so that waiting on
+// Work after an abort or after the communicator is gone never touches a freed handle. Every use of
+// `comm` holds `mutex`; abort and destroy each happen once.
+struct CommHandle {
+  std::mutex mutex;
+  ncclComm_t comm = nullptr;  // null once aborted or destroyed
+  std::string failure;        // why it was aborted; "" while healthy
+  int device = 0;
+  std::chrono::milliseconds timeout{};
+
+  explicit CommHandle(ncclComm_t c, int dev, std::chrono::milliseconds t) : comm(c), device(dev), timeout(t) {}
+  ~CommHandle() { destroy(); }
+
+  // Holding `mutex`.
+  void abort_locked(const std::string& why) noexcept {
+    if (failure.empty()) failure = why;
+    if (!comm) return;
+    DeviceScope scope(device);
+    ncclCommAbort(comm);  // frees it, also on a communicator that is stuck
+    comm = nullptr;
+  }
+  void abort(const std::string& why) noexcept {
+    std::lock_guard lock(mutex);
+    abort_locked(why);
+  }
+  // Holding `mutex`: throws PeerError once aborted.
+  void throw_if_aborted() const {
+    if (!failure.empty()) throw PeerError("communicator aborted: " + failure, "nccl");
+    if (!comm) throw UsageError("the NCCL communicator was destroyed", "nccl");
+  }
+  // Holding `mutex`: an asynchronous error aborts the communicator and throws PeerError.
+  void poll_async_error_locked(const std::string& what) {
+    throw_if_aborted();
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) state = rc;
+    if (state == ncclSuccess || state == ncclInProgress) return;
+    const std::string why = fmt::format("{}: asynchronous NCCL error: {}", what, ncclGetErrorString(state));
+    abort_locked(why);
+    throw PeerError(why + "; communicator aborted", "nccl");
+  }
+  // Holding `mutex`: waits for a non-blocking call to leave ncclInProgress; aborts on error or timeout.
+  void await_locked(std::chrono::milliseconds limit, const std::string& what) {
+    const auto deadline = Clock::now() + limit;
+    while (true) {
+      throw_if_aborted();
+      ncclResult_t state = ncclInProgress;
+      ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+      if (rc != ncclSuccess) state = rc;
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        const std::string why = fmt::format("{} failed: {}", what, ncclGetErrorString(state));
+        abort_locked(why);
+        throw PeerError(why + "; communicator aborted", "nccl");
+      }
+      if (Clock::now() > deadline) {
+        const std::string why = fmt::format("{} did not finish within {} ms", what, limit.count());
+        abort_locked(why);
+        throw PeerError(why + "; communicator aborted", "nccl");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  // Finalize (flushes outstanding work) then destroy; abort when finalize fails or hangs.
+  void destroy() noexcept {
+    std::lock_guard lock(mutex);
+    if (!comm) return;
+    DeviceScope scope(device);
+    ncclResult_t rc = ncclCommFinalize(comm);
+    if (rc == ncclSuccess || rc == ncclInProgress) {
+      try {
+        await_locked(timeout, "ncclCommFinalize");  // aborts on failure
+      } catch (...) {
+        return;
+      }
+      ncclCommDestroy(comm);
+    } else {
+      ncclCommAbort(comm);
+    }
+    comm = nullptr;
+    if (failure.empty()) failure = "the communicator was destroyed";
+  }
+};
+
+// Completion of one collective: its event, the shared handle (for async errors and abort) and a
+// deadline (the communicator's timeout from issue).
 class EventState final : public WorkState {
  public:
-  EventState(cudaStream_t stream, ncclComm_t comm) : comm_(comm) {
-    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventRecord(event_, stream), "cudaEventRecord");
+  EventState(std::shared_ptr<CommHandle> handle, cudaEvent_t done, std::string what)
+      : handle_(std::move(handle)), done_(done), what_(std::move(what)), deadline_(Clock::now() + handle_->timeout) {}
+  ~EventState() override {
+    DeviceScope scope(handle_->device);
+    cudaEventDestroy(done_);
   }
-  ~EventState() override { cudaEventDestroy(event_); }
-  bool ready() override { return cudaEventQuery(event_) == cudaSuccess; }
+  bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
   bool wait_for(std::chrono::milliseconds timeout) override {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto until = Clock::now() + timeout;
+    DeviceScope scope(handle_->device);
     while (true) {
-      cudaError_t rc = cudaEventQuery(event_);
+      cudaError_t rc = cudaEventQuery(done_);
       if (rc == cudaSuccess) return true;
-      if (rc != cudaErrorNotReady) check_cuda(rc, "cudaEventQuery");
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        throw Error(fmt::format("collective failed: {}", ncclGetErrorString(async)), "nccl");
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::yield();
+      if (rc != cudaErrorNotReady) {
+        handle_->abort(fmt::format("{}: {}", what_, cudaGetErrorString(rc)));
+        throw PeerError(fmt::format("{}: CUDA error {}; communicator aborted", what_, cudaGetErrorString(rc)), "nccl");
+      }
+      {
+        std::lock_guard lock(handle_->mutex);
+        handle_->poll_async_error_locked(what_);
+        if (Clock::now() > deadline_) {
+          const std::string why = fmt::format("{} did not complete within {} ms", what_, handle_->timeout.count());
+          handle_->abort_locked(why);
+          throw PeerError(why + "; communicator aborted", "nccl");
+        }
+      }
+      if (Clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
  private:
-  cudaEvent_t event_{};
-  ncclComm_t comm_;
+  std::shared_ptr<CommHandle> handle_;
+  cudaEvent_t done_{};
+  std::string what_;
+  Clock::time_point deadline_;
 };
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int device, std::chrono::milliseconds timeout)
-      : comm_(comm), device_(device), timeout_(timeout) {
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    int r = 0, n = 0;
-    check_nccl(ncclCommUserRank(comm_, &r), "ncclCommUserRank");
-    check_nccl(ncclCommCount(comm_, &n), "ncclCommCount");
-    rank_ = static_cast<unsigned>(r);
-    size_ = static_cast<unsigned>(n);
+  // Takes ownership of `comm` (already initialised) at once: any failure here frees it.
+  NcclCommunicator(ncclComm_t comm, int device, std::chrono::milliseconds timeout, void* caller_stream)
+      : handle_(std::make_shared<CommHandle>(comm, device, timeout)),
+        caller_(static_cast<cudaStream_t>(caller_stream)) {
+    try {
+      DeviceScope scope(device);
+      check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+      int r = 0, n = 0;
+      check_nccl(ncclCommUserRank(comm, &r), "ncclCommUserRank");
+      check_nccl(ncclCommCount(comm, &n), "ncclCommCount");
+      rank_ = static_cast<unsigned>(r);
+      size_ = static_cast<unsigned>(n);
+    } catch (...) {
+      release();  // the handle (member) frees the communicator itself
+      throw;
+    }
   }
-  ~NcclCommunicator() override {
-    if (stream_) cudaStreamDestroy(stream_);
-    if (comm_) ncclCommDestroy(comm_);
-  }
+  ~NcclCommunicator() override { release(); }
 
   unsigned rank() const override { return rank_; }
   unsigned size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
-  ncclComm_t handle() const { return comm_; }
-  int device() const { return device_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  void abort(const std::string& why) noexcept override { handle_->abort("aborted: " + why); }
 
-  Work allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return issue(ncclAllReduce(in, out, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce", mode);
+  const std::shared_ptr<CommHandle>& handle() const { return handle_; }
+  void* caller_stream() const { return caller_; }
+  void set_caller_stream(void* s) { caller_ = static_cast<cudaStream_t>(s); }
+
+ protected:
+  Work start_allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return issue("ncclAllReduce", mode, [&](ncclComm_t c) {
+      return ncclAllReduce(in, out, count, nccl_type(t), nccl_op(op), c, stream_);
+    });
   }
-  Work reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return issue(ncclReduceScatter(in, out, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclReduceScatter",
-                 mode);
+  Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
+    return issue("ncclReduceScatter", mode, [&](ncclComm_t c) {
+      return ncclReduceScatter(in, out, count, nccl_type(t), nccl_op(op), c, stream_);
+    });
   }
-  Work allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
-    return issue(ncclAllGather(in, out, count, nccl_type(t), comm_, stream_), "ncclAllGather", mode);
+  Work start_allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
+    return issue("ncclAllGather", mode,
+                 [&](ncclComm_t c) { return ncclAllGather(in, out, count, nccl_type(t), c, stream_); });
   }
-  Work broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
-    return issue(ncclBroadcast(buf, buf, count, nccl_type(t), static_cast<int>(root), comm_, stream_), "ncclBroadcast",
-                 mode);
+  Work start_broadcast(void* buf, std::size_t count, DType t, unsigned root, Mode mode) override {
+    return issue("ncclBroadcast", mode, [&](ncclComm_t c) {
+      return ncclBroadcast(buf, buf, count, nccl_type(t), static_cast<int>(root), c, stream_);
+    });
   }
-  Work barrier(Mode mode) override {
+  Work start_barrier(Mode mode) override {
     // NCCL has no barrier: a one-element allreduce on a private device word is one.
-    if (!barrier_word_) check_cuda(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc");
-    return allreduce(barrier_word_, barrier_word_, 1, DType::F32, ReduceOp::Sum, mode);
+    if (!barrier_word_) {
+      DeviceScope scope(handle_->device);
+      check_cuda(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc");
+      check_cuda(cudaMemsetAsync(barrier_word_, 0, sizeof(float), stream_), "cudaMemsetAsync");
+    }
+    return issue("barrier", mode, [&](ncclComm_t c) {
+      return ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32, ncclSum, c, stream_);
+    });
   }
 
  private:
-  Work issue(ncclResult_t rc, const char* what, Mode mode) {
-    if (rc == ncclInProgress) await_comm(comm_, timeout_, what);
-    check_nccl(rc, what);
-    Work w(std::make_shared<EventState>(stream_, comm_));
-    if (mode == Mode::Blocking && !w.wait_for(timeout_)) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      throw Error(fmt::format("{} did not complete within {} ms; communicator aborted", what, timeout_.count()), "nccl");
+  // Orders the call after the caller's stream, enqueues it, makes the caller's stream wait for it.
+  template <typename Enqueue>
+  Work issue(const char* what, Mode mode, Enqueue&& enqueue) {
+    DeviceScope scope(handle_->device);
+    cudaEvent_t done = nullptr;
+    {
+      std::lock_guard lock(handle_->mutex);
+      handle_->poll_async_error_locked(what);  // throws once aborted
+      check_cuda(cudaEventRecord(ready_, caller_), "cudaEventRecord(caller stream)");
+      check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+      ncclResult_t rc = enqueue(handle_->comm);
+      if (rc == ncclInProgress) handle_->await_locked(handle_->timeout, what);
+      else if (rc != ncclSuccess) {
+        const std::string why = fmt::format("{}: {}", what, ncclGetErrorString(rc));
+        if (rc != ncclInvalidArgument && rc != ncclInvalidUsage) handle_->abort_locked(why);
+        throw_nccl(rc, what);  // a usage error enqueued nothing: the communicator stays usable
+      }
+      check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+      if (cudaError_t rc2 = cudaEventRecord(done, stream_); rc2 != cudaSuccess) {
+        cudaEventDestroy(done);
+        check_cuda(rc2, "cudaEventRecord");
+      }
+      // The caller's later work orders after the collective.
+      if (cudaError_t rc3 = cudaStreamWaitEvent(caller_, done, 0); rc3 != cudaSuccess) {
+        cudaEventDestroy(done);
+        check_cuda(rc3, "cudaStreamWaitEvent(caller stream)");
+      }
     }
+    Work w(std::make_shared<EventState>(handle_, done, what));
+    if (mode == Mode::Blocking) w.wait();  // throws PeerError (aborting) on error or timeout
     return w;
   }
 
-  ncclComm_t comm_;
-  int device_;
-  std::chrono::milliseconds timeout_;
-  cudaStream_t stream_{};
+  void release() noexcept {
+    handle_->destroy();  // outstanding Work keeps the handle, but never a live communicator
+    DeviceScope scope(handle_->device);
+    if (barrier_word_) cudaFree(barrier_word_);
+    if (ready_) cudaEventDestroy(ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+    barrier_word_ = nullptr;
+    ready_ = nullptr;
+    stream_ = nullptr;
+  }
+
+  std::shared_ptr<CommHandle> handle_;
+  cudaStream_t caller_ = nullptr;  // the user's stream; nullptr: the legacy default stream
+  cudaStream_t stream_{};          // NCCL's own, non-blocking
+  cudaEvent_t ready_{};            // the caller's stream at the moment of a call
   void* barrier_word_ = nullptr;
   unsigned rank_ = 0, size_ = 1;
 };
-
-int pick_device(const NcclOptions& o) {
-  if (o.device >= 0) return o.device;
-  const char* env = std::getenv("TRAINRT_CUDA_DEVICE");
-  return env && *env ? std::atoi(env) : 0;
-}
 
 ncclConfig_t nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -165,12 +322,60 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
+// Owns a communicator under construction: one that fails to initialise is aborted (freed).
+struct PendingComm {
+  ncclComm_t comm = nullptr;
+  ~PendingComm() {
+    if (comm) ncclCommAbort(comm);
+  }
+  ncclComm_t release() { return std::exchange(comm, nullptr); }
+};
+
+// Waits for a non-blocking init/split on `comm`; throws PeerError on failure or timeout (the
+// caller's PendingComm then aborts it).
+void await_init(ncclComm_t comm, std::chrono::milliseconds limit, const std::string& what) {
+  const auto deadline = Clock::now() + limit;
+  while (true) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) state = rc;
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) throw_nccl(state, what);
+    if (Clock::now() > deadline)
+      throw PeerError(fmt::format("{} did not finish within {} ms; communicator aborted", what, limit.count()), "nccl");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+NcclCommunicator& as_nccl(Communicator& c) {
+  auto* p = dynamic_cast<NcclCommunicator*>(&c);
+  if (!p) throw UsageError(fmt::format("an NCCL communicator was needed, this one is '{}'", c.backend()), "nccl");
+  return *p;
+}
+
 }  // namespace
+
+bool nccl_built() { return true; }
 
 bool nccl_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
+
+int pick_cuda_device(unsigned local_rank) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) return -1;
+  return choose_cuda_device(std::getenv("TRAINRT_CUDA_DEVICE"), local_rank, std::getenv("CUDA_VISIBLE_DEVICES"), n);
+}
+
+std::string gpu_bus_id(int device) {
+  char id[64] = {};
+  if (device < 0 || cudaDeviceGetPCIBusId(id, sizeof id - 1, device) != cudaSuccess) return {};
+  return id;
+}
+
+void set_nccl_stream(Communicator& comm, void* stream) { as_nccl(comm).set_caller_stream(stream); }
+void* nccl_stream(Communicator& comm) { return as_nccl(comm).caller_stream(); }
 
 bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session& session) {
   bootstrap::Blob id;
@@ -187,10 +392,11 @@ bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session& session) {
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(bootstrap::Session& session, const NcclOptions& options) {
-  const int device = pick_device(options);
+  const int device = options.device >= 0 ? options.device : pick_cuda_device(session.local_rank());
+  if (device < 0) throw Error("no CUDA device for the NCCL communicator", "nccl");
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   ncclConfig_t config = nonblocking_config();
-  ncclComm_t comm = nullptr;
+  PendingComm pending;
   const unsigned n = session.size(), me = session.rank();
   if (options.ranks_per_root > 0 && options.ranks_per_root < n) {
     // One root per `ranks_per_root` ranks creates an id; everyone gets all of them.
@@ -204,33 +410,42 @@ std::unique_ptr<Communicator> make_nccl_communicator(bootstrap::Session& session
     std::vector<ncclUniqueId> ids;
     for (const auto& blob : session.allgather(mine)) {
       if (blob.empty()) continue;
+      if (blob.size() != sizeof(ncclUniqueId)) throw Error(fmt::format("a {}-byte unique id", blob.size()), "nccl");
       ncclUniqueId uid;
       std::memcpy(uid.internal, blob.data(), sizeof uid.internal);
       ids.push_back(uid);
     }
-    check_nccl(ncclCommInitRankScalable(&comm, static_cast<int>(n), static_cast<int>(me), static_cast<int>(ids.size()),
-                                        ids.data(), &config),
+    check_nccl(ncclCommInitRankScalable(&pending.comm, static_cast<int>(n), static_cast<int>(me),
+                                        static_cast<int>(ids.size()), ids.data(), &config),
                "ncclCommInitRankScalable");
   } else {
     bootstrap::Blob id = exchange_nccl_unique_id(session);
     ncclUniqueId uid;
     std::memcpy(uid.internal, id.data(), sizeof uid.internal);
-    check_nccl(ncclCommInitRankConfig(&comm, static_cast<int>(n), uid, static_cast<int>(me), &config),
+    check_nccl(ncclCommInitRankConfig(&pending.comm, static_cast<int>(n), uid, static_cast<int>(me), &config),
                "ncclCommInitRankConfig");
   }
-  await_comm(comm, options.init_timeout, fmt::format("NCCL init of rank {} of {}", me, n));
-  return std::make_unique<NcclCommunicator>(comm, device, options.init_timeout);
+  if (!pending.comm) throw PeerError("NCCL init returned no communicator", "nccl");
+  await_init(pending.comm, options.init_timeout, fmt::format("NCCL init of rank {} of {} on device {}", me, n, device));
+  return std::make_unique<NcclCommunicator>(pending.release(), device, options.timeout, options.stream);
 }
 
 std::unique_ptr<Communicator> split_nccl_communicator(Communicator& parent, int color, int key) {
-  auto* p = dynamic_cast<NcclCommunicator*>(&parent);
-  if (!p) throw Error("ncclCommSplit needs an NCCL communicator", "nccl");
+  NcclCommunicator& p = as_nccl(parent);
+  const auto& h = p.handle();
   ncclConfig_t config = nonblocking_config();
-  ncclComm_t child = nullptr;
-  check_nccl(ncclCommSplit(p->handle(), color, key, &child, &config), "ncclCommSplit");
-  await_comm(p->handle(), p->timeout(), "ncclCommSplit");
-  if (!child) throw Error(fmt::format("ncclCommSplit gave no communicator for color {}", color), "nccl");
-  return std::make_unique<NcclCommunicator>(child, p->device(), p->timeout());
+  PendingComm pending;
+  {
+    std::lock_guard lock(h->mutex);
+    h->throw_if_aborted();
+    DeviceScope scope(h->device);
+    ncclResult_t rc = ncclCommSplit(h->comm, color, key, &pending.comm, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) throw_nccl(rc, "ncclCommSplit");
+    if (pending.comm) await_init(pending.comm, h->timeout, "ncclCommSplit (child)");
+    h->await_locked(h->timeout, "ncclCommSplit (parent)");
+  }
+  if (!pending.comm) throw UsageError(fmt::format("ncclCommSplit gave no communicator for color {}", color), "nccl");
+  return std::make_unique<NcclCommunicator>(pending.release(), h->device, h->timeout, p.caller_stream());
 }
 
 }  // namespace trainrt

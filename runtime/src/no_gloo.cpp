@@ -3,8 +3,6 @@
 
 namespace trainrt {
 
-bool gloo_available() { return false; }
-
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session&, const CommOptions&, const std::string&,
                                                      const std::string&) {
   throw Error("this build has no Gloo (install libgloo-dev and rebuild); multi-node host collectives need it", "gloo");

@@ -1,6 +1,7 @@
 #pragma once
 // One thread per communicator that runs Async collectives in issue order. Blocking collectives run
-// on the caller's thread once the queue has drained, so small blocking collectives pay no handoff.
+// on the caller's thread once the queue has drained (so small blocking collectives pay no handoff)
+// and throw from there: their error never waits in a future nobody reads.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -15,23 +16,18 @@ namespace trainrt {
 class ProgressThread {
  public:
   ProgressThread() = default;
-  ~ProgressThread() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
+  ~ProgressThread() { stop(); }
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
 
   Work run(std::function<void()> fn, Mode mode) {
-    std::packaged_task<void()> task(std::move(fn));
-    Work work(task.get_future().share());
     if (mode == Mode::Blocking) {
       drain();
-      task();
-      return work;
+      fn();  // throws to the caller
+      return Work{};
     }
+    std::packaged_task<void()> task(std::move(fn));
+    Work work(task.get_future().share());
     {
       std::lock_guard lock(mutex_);
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
@@ -40,6 +36,16 @@ class ProgressThread {
     }
     cv_.notify_all();
     return work;
+  }
+
+  // Runs what is queued, then joins. Owners call it before the state the tasks use goes away.
+  void stop() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
   }
 
  private:
@@ -56,7 +62,7 @@ class ProgressThread {
       auto task = std::move(queue_.front());
       queue_.pop_front();
       lock.unlock();
-      task();
+      task();  // a packaged_task: the error lands in its future
       lock.lock();
       if (--pending_ == 0) idle_.notify_all();
     }

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "fd.hpp"
-#include "progress_thread.hpp"
+#include "host_communicator.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/reduce.hpp"
 
@@ -80,12 +80,12 @@ constexpr std::size_t kSmallAllreduce = 16 << 10;
 // one copy, as Open MPI's CMA path does) instead of going through the shared slots (two copies).
 constexpr std::size_t kSingleCopyBytes = 256 << 10;
 
-class ShmCommunicator final : public Communicator {
+class ShmCommunicator final : public HostCommunicator {
  public:
   ShmCommunicator(bootstrap::Session& session, const CommOptions& options)
-      : rank_(session.rank()), size_(session.size()), options_(options) {
+      : HostCommunicator("shm"), rank_(session.rank()), size_(session.size()), options_(options) {
     if (session.size() != session.local_size())
-      throw Error(fmt::format("the shared-memory backend spans one node, but the world has {} ranks and {} are local",
+      throw UsageError(fmt::format("the shared-memory backend spans one node, but the world has {} ranks and {} are local",
                               session.size(), session.local_size()),
                   "host communicator");
     slot_bytes_ = round_up(std::max<std::size_t>(options.slot_bytes, 4096), 4096);
@@ -104,39 +104,39 @@ class ShmCommunicator final : public Communicator {
     ctl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&probe_);
     session.barrier();  // every pid is written before anyone checks liveness
   }
+  ~ShmCommunicator() override { stop_progress(); }
 
   unsigned rank() const override { return rank_; }
   unsigned size() const override { return size_; }
   std::string backend() const override { return "shm"; }
 
-  Work allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
-    return progress_.run([=, this] { guarded([&] { do_allreduce(in, out, count, dtype, op); }); }, mode);
+  Work start_allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
+    return submit(mode, [=, this] { do_allreduce(in, out, count, dtype, op); });
   }
 
-  Work reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
-    return progress_.run([=, this] { guarded([&] { do_reduce_scatter(in, out, count, dtype, op); }); }, mode);
+  Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                            Mode mode) override {
+    return submit(mode, [=, this] { do_reduce_scatter(in, out, count, dtype, op); });
   }
 
-  Work allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) override {
-    return progress_.run([=, this] { guarded([&] { do_allgather(in, out, count, dtype); }); }, mode);
+  Work start_allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) override {
+    return submit(mode, [=, this] { do_allgather(in, out, count, dtype); });
   }
 
-  Work broadcast(void* buf, std::size_t count, DType dtype, unsigned root, Mode mode) override {
-    if (root >= size_) throw Error(fmt::format("broadcast root {} outside a world of {}", root, size_), "shm");
-    return progress_.run([=, this] { guarded([&] { do_broadcast(buf, count, dtype, root); }); }, mode);
+  Work start_broadcast(void* buf, std::size_t count, DType dtype, unsigned root, Mode mode) override {
+    return submit(mode, [=, this] { do_broadcast(buf, count, dtype, root); });
   }
 
-  Work barrier(Mode mode) override {
-    return progress_.run(
-        [this] {
-          guarded([&] {
-            begin({0, 0, 0, Kind::Barrier, DType::F32, ReduceOp::Sum});
-            phase(&RankControl::arrive, "barrier");
-            check_descriptors();
-          });
-        },
-        mode);
+  Work start_barrier(Mode mode) override {
+    return submit(mode, [this] {
+      begin({0, 0, 0, Kind::Barrier, DType::F32, ReduceOp::Sum});
+      phase(&RankControl::arrive, "barrier");
+      check_descriptors();
+    });
   }
+
+  // Peers polling our flag stop waiting for us at once, with a PeerError naming this rank.
+  void on_failure() noexcept override { ctl(rank_).failed.store(1, std::memory_order_release); }
 
  private:
   RankControl& ctl(unsigned r) const { return reinterpret_cast<RankControl*>(map_.data() + ctl_offset_)[r]; }
@@ -149,15 +149,22 @@ class ShmCommunicator final : public Communicator {
 
   void open_segment(bootstrap::Session& session) {
     std::string name;
+    // Rank 0 removes the name on every way out of here: once all have mapped it, or on any failure
+    // (a mapping that fails after ftruncate, a peer that never maps), so /dev/shm never keeps it.
+    struct Unlink {
+      std::string name;
+      ~Unlink() {
+        if (!name.empty()) ::shm_unlink(name.c_str());
+      }
+    } unlink_on_exit;
     if (rank_ == 0) {
       std::random_device rd;
       name = fmt::format("/trainrt-{}-{:08x}", ::getpid(), rd());
       Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
       if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
-      if (::ftruncate(fd.get(), static_cast<off_t>(total_)) != 0) {
-        ::shm_unlink(name.c_str());
+      unlink_on_exit.name = name;
+      if (::ftruncate(fd.get(), static_cast<off_t>(total_)) != 0)
         throw Error(fmt::format("cannot size {} to {} bytes: {}", name, total_, std::strerror(errno)), "shm");
-      }
       map(fd, name);
       auto* h = reinterpret_cast<Header*>(map_.data());
       h->nranks = size_;
@@ -175,27 +182,13 @@ class ShmCommunicator final : public Communicator {
       if (h->magic != kMagic || h->nranks != size_ || h->slot_bytes != slot_bytes_)
         throw Error(fmt::format("segment {} does not match this communicator", name), "shm");
     }
-    session.barrier();
-    // Everyone has it mapped: remove the name now so a crash can never leak the segment.
-    if (rank_ == 0) ::shm_unlink(name.c_str());
+    session.barrier();  // everyone has it mapped: the name goes now, so a crash can never leak it
   }
 
   void map(const Fd& fd, const std::string& name) {
     void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED) throw Error(fmt::format("mmap of {} failed: {}", name, std::strerror(errno)), "shm");
     new (&map_) Mapping(p, total_);
-  }
-
-  template <typename F>
-  void guarded(F&& f) {
-    if (!broken_.empty()) throw Error("communicator is unusable after an earlier failure: " + broken_, "shm");
-    try {
-      f();
-    } catch (const Error& e) {
-      broken_ = e.what();
-      ctl(rank_).failed.store(1, std::memory_order_release);  // peers stop waiting for us at once
-      throw;
-    }
   }
 
   void begin(Descriptor d) {
@@ -224,7 +217,7 @@ class ShmCommunicator final : public Communicator {
         next_check = now + std::chrono::milliseconds(20);
         fail_if_peer_gone(r, what);
         if (now - start > options_.timeout)
-          throw Error(fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
+          throw PeerError(fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
                                   to_string(current_.kind), current_.op_seq, what, options_.timeout.count(),
                                   missing(field, seq)),
                       "shm");
@@ -233,12 +226,16 @@ class ShmCommunicator final : public Communicator {
   }
 
   void fail_if_peer_gone(unsigned r, const char* what) {
+    if (ctl(rank_).failed.load(std::memory_order_acquire))  // abort() from another thread
+      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted on this rank", rank_, to_string(current_.kind),
+                                  current_.op_seq, what),
+                      "shm");
     if (ctl(r).failed.load(std::memory_order_acquire))
-      throw Error(fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_, to_string(current_.kind),
+      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_, to_string(current_.kind),
                               current_.op_seq, what, r),
                   "shm");
     if (::kill(ctl(r).pid, 0) != 0 && errno == ESRCH)
-      throw Error(fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
+      throw PeerError(fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
                               current_.op_seq, what, r, ctl(r).pid),
                   "shm");
   }
@@ -254,7 +251,7 @@ class ShmCommunicator final : public Communicator {
     for (unsigned r = 0; r < size_; ++r) {
       const Descriptor& d = ctl(r).desc[seq_ % 2];
       if (d == current_) continue;
-      throw Error(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
+      throw UsageError(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
                               "called {} #{} (count {}, {}, {}, root {})",
                               rank_, to_string(current_.kind), current_.op_seq, current_.count,
                               to_string(current_.dtype), to_string(current_.op), current_.root, r, to_string(d.kind),
@@ -310,7 +307,7 @@ class ShmCommunicator final : public Communicator {
       ssize_t n = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        throw Error(fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_, to_string(current_.kind),
+        throw PeerError(fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_, to_string(current_.kind),
                                 current_.op_seq, r, ctl(r).pid, n < 0 ? std::strerror(errno) : "nothing read"),
                     "shm");
       done += static_cast<std::size_t>(n);
@@ -457,8 +454,6 @@ class ShmCommunicator final : public Communicator {
   Mapping map_;
   std::uint64_t seq_ = 0, op_seq_ = 0;
   Descriptor current_;
-  std::string broken_;
-  ProgressThread progress_;  // last: its thread stops before the mapping goes away
 };
 
 }  // namespace

@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
       watchdog.heartbeat();
       // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
       std::int32_t stop_here = checkpoint::should_stop() ? 1 : 0, stop_any = 0;
-      rt->host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max).wait();
+      rt->host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max);
       if (stop_any) {
         if (rank == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done,
                                   checkpoint::kRequeueExitCode);
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
       try {
         bucketer.allreduce(ReduceOp::Avg);
         float loss_sum = local_loss / kRowsPerRank;
-        rt->host->allreduce(&loss_sum, &loss, 1, DType::F32, ReduceOp::Avg).wait();
+        rt->host->allreduce(&loss_sum, &loss, 1, DType::F32, ReduceOp::Avg);
       } catch (const Error& e) {
         recorder.dump(flight_path, rank, fmt::format("step {}: {}", step, e.what()));
         std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank,

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   auto rt = trainrt::init(io);
   ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   double worst = ms;
-  rt->host->allreduce(&ms, &worst, 1, trainrt::DType::F64, trainrt::ReduceOp::Max).wait();
+  rt->host->allreduce(&ms, &worst, 1, trainrt::DType::F64, trainrt::ReduceOp::Max);
   if (rt->rank == 0) fmt::print("trainrt {} {:.1f}\n", rt->size, worst);
   return 0;
 }

@@ -1,7 +1,9 @@
 // Multi-process collective tests, run by a real PMIx server (mpirun or srun --mpi=pmix).
 //   collectives_mp verify     every collective x dtype x op x size against a scalar reference
-//   collectives_mp mismatch   rank 1 passes a different count: every rank must report it
-//   collectives_mp die        rank 1 dies before a collective: the others must name it, fast
+//   collectives_mp mismatch   rank 1 passes a different count: every rank gets a UsageError naming it
+//   collectives_mp die        rank 1 dies before a collective: every other rank's blocking call
+//                             throws PeerError (no wait() involved), fast; TRAINRT_HOST_BACKEND
+//                             picks the backend (shm by default)
 //   collectives_mp init       verify through trainrt::init() (shared memory in a node, Gloo across nodes)
 // Prints one summary line per rank; exit 0 only when every check held.
 #include <fmt/format.h>
@@ -104,7 +106,7 @@ void verify(Communicator& comm) {
         for (bool in_place : {false, true}) {
           for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
           void* dst = in_place ? pin : pout;
-          comm.allreduce(pin, dst, count, t, op).wait();
+          comm.allreduce(pin, dst, count, t, op);
           std::size_t bad = 0;
           for (std::size_t i = 0; i < count; ++i) bad += !close_enough(load(dst, i, t), reference(i, t, op, n), t, n);
           check(bad == 0, fmt::format("allreduce {} {} count {}{}: {} wrong", to_string(t), to_string(op), count,
@@ -114,7 +116,7 @@ void verify(Communicator& comm) {
       // allgather
       std::vector<std::uint8_t> all(count * n * es + es);
       for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
-      comm.allgather(pin, all.data(), count, t).wait();
+      comm.allgather(pin, all.data(), count, t);
       std::size_t bad = 0;
       for (unsigned r = 0; r < n; ++r)
         for (std::size_t i = 0; i < count; ++i) bad += load(all.data(), r * count + i, t) != value(r, i, t);
@@ -122,7 +124,7 @@ void verify(Communicator& comm) {
       // broadcast from every root
       for (unsigned root = 0; root < n; ++root) {
         for (std::size_t i = 0; i < count; ++i) store(pin, i, t, value(me, i, t));
-        comm.broadcast(pin, count, t, root).wait();
+        comm.broadcast(pin, count, t, root);
         bad = 0;
         for (std::size_t i = 0; i < count; ++i) bad += load(pin, i, t) != value(root, i, t);
         check(bad == 0, fmt::format("broadcast {} count {} root {}: {} wrong", to_string(t), count, root, bad));
@@ -130,7 +132,7 @@ void verify(Communicator& comm) {
       // reduce_scatter: block r of the reduction of everyone's n*count inputs
       std::vector<std::uint8_t> big(count * n * es + es), mine(count * es + es);
       for (std::size_t i = 0; i < count * n; ++i) store(big.data(), i, t, value(me, i, t));
-      comm.reduce_scatter(big.data(), mine.data(), count, t, ReduceOp::Sum).wait();
+      comm.reduce_scatter(big.data(), mine.data(), count, t, ReduceOp::Sum);
       bad = 0;
       for (std::size_t i = 0; i < count; ++i)
         bad += !close_enough(load(mine.data(), i, t), reference(me * count + i, t, ReduceOp::Sum, n), t, n);
@@ -144,12 +146,12 @@ void verify(Communicator& comm) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   std::vector<float> x(count), a(count), b(count);
   for (auto& v : x) v = dist(rng) * std::pow(10.f, static_cast<float>(rng() % 7) - 3.f);
-  comm.allreduce(x.data(), a.data(), count, DType::F32, ReduceOp::Sum).wait();
-  comm.allreduce(x.data(), b.data(), count, DType::F32, ReduceOp::Sum).wait();
+  comm.allreduce(x.data(), a.data(), count, DType::F32, ReduceOp::Sum);
+  comm.allreduce(x.data(), b.data(), count, DType::F32, ReduceOp::Sum);
   check(std::memcmp(a.data(), b.data(), count * 4) == 0, "allreduce is not bitwise repeatable");
   std::vector<float> first(count);
   std::memcpy(first.data(), a.data(), count * 4);
-  comm.broadcast(first.data(), count, DType::F32, 0).wait();
+  comm.broadcast(first.data(), count, DType::F32, 0);
   check(std::memcmp(first.data(), a.data(), count * 4) == 0, "ranks disagree bitwise on the allreduce result");
 
   // Async: several in flight, waited out of order, results still right.
@@ -157,7 +159,7 @@ void verify(Communicator& comm) {
   std::vector<Work> works;
   for (unsigned j = 0; j < bufs.size(); ++j) {
     for (std::size_t i = 0; i < 1000; ++i) bufs[j][i] = static_cast<std::int64_t>(me * 1000 + i + j);
-    works.push_back(comm.allreduce(bufs[j].data(), bufs[j].data(), 1000, DType::I64, ReduceOp::Sum, Mode::Async));
+    works.push_back(comm.allreduce_async(bufs[j].data(), bufs[j].data(), 1000, DType::I64, ReduceOp::Sum));
   }
   check(works.back().wait_for(std::chrono::seconds(30)), "async allreduce did not finish in 30 s");
   for (auto& w : works) w.wait();
@@ -165,7 +167,7 @@ void verify(Communicator& comm) {
   std::int64_t want = 0;
   for (unsigned r = 0; r < n; ++r) want += r * 1000 + 7 + 2;
   check(bufs[2][7] == want, fmt::format("async result {} != {}", bufs[2][7], want));
-  comm.barrier().wait();
+  comm.barrier();
 
   // Gradient bucketing: 500 tensors of odd sizes in 64 KiB buckets, averaged.
   std::vector<std::vector<float>> grads(500);
@@ -185,6 +187,59 @@ void verify(Communicator& comm) {
         fmt::format("bucketed allreduce: {} wrong in {} buckets", bad, bucketer.bucket_count()));
 }
 
+// Rank 1 dies; every survivor's next blocking collective must throw PeerError by itself (no
+// wait() to call), the communicator must stay failed (PeerError again, async too), within `limit`.
+int die(Communicator& comm, double limit, bool must_name) {
+  std::vector<float> buf(1000, 1.f);
+  comm.barrier();
+  if (my_rank == 1) ::_exit(9);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 100; ++i) comm.allreduce(buf.data(), buf.data(), 1000, DType::F32, ReduceOp::Sum);
+  } catch (const PeerError& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    bool again = false, async_again = false;
+    try {
+      comm.allreduce(buf.data(), buf.data(), 1000, DType::F32, ReduceOp::Sum);
+    } catch (const PeerError&) {
+      again = true;
+    }
+    try {
+      comm.allreduce_async(buf.data(), buf.data(), 1000, DType::F32, ReduceOp::Sum).wait();
+    } catch (const PeerError&) {
+      async_again = true;
+    }
+    const bool named = !must_name || std::string(e.what()).find("rank 1") != std::string::npos;
+    const bool ok = s < limit && again && async_again && named;
+    fmt::print("rank {}: {} after {:.2f} s (limit {:.0f} s){}{}{}: {}\n", my_rank, ok ? "DEATH-DETECTED" : "WRONG-ERROR", s,
+               limit, again ? "" : ", the next call did not throw PeerError",
+               async_again ? "" : ", async work did not throw PeerError", named ? "" : ", rank 1 not named", e.what());
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print("rank {}: WRONG-ERROR (not a PeerError): {}\n", my_rank, e.what());
+    return 1;
+  }
+  fmt::print("rank {}: death NOT detected\n", my_rank);
+  return 1;
+}
+
+// Rank 1 passes a different count: every rank must get a UsageError naming the mismatch.
+int mismatch(Communicator& comm) {
+  std::vector<float> buf(1000, 1.f);
+  try {
+    comm.allreduce(buf.data(), buf.data(), my_rank == 1 ? 999 : 1000, DType::F32, ReduceOp::Sum);
+  } catch (const UsageError& e) {
+    bool named = std::string(e.what()).find("mismatched") != std::string::npos;
+    fmt::print("rank {}: {}: {}\n", my_rank, named ? "MISMATCH-DETECTED" : "WRONG-ERROR", e.what());
+    return named ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print("rank {}: WRONG-ERROR (not a UsageError): {}\n", my_rank, e.what());
+    return 1;
+  }
+  fmt::print("rank {}: mismatch NOT detected\n", my_rank);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,13 +247,19 @@ int main(int argc, char** argv) {
   try {
     CommOptions opts;
     opts.slot_bytes = 64 << 10;  // small slots: every size above crosses several chunks
-    if (mode == "die" || mode == "mismatch") opts.timeout = std::chrono::seconds(30);
-    if (mode == "init") {
-      InitOptions io;
-      io.comm = opts;
-      io.nccl = DeviceComm::Off;
+    // Shared memory names a dead rank in ~20 ms; Gloo may only learn it from its timeout.
+    if (mode == "die" || mode == "mismatch") opts.timeout = std::chrono::seconds(10);
+    InitOptions io;
+    io.comm = opts;
+    io.nccl = DeviceComm::Off;
+    if (mode == "init" || mode == "die") {
+      // Through trainrt::init(): TRAINRT_HOST_BACKEND picks the backend (shared memory by default).
       auto rt = trainrt::init(io);
       my_rank = rt->rank;
+      if (mode == "die") {
+        const bool shm = rt->host->backend() == "shm";
+        return die(*rt->host, shm ? 5.0 : 20.0, shm);
+      }
       half_rounds_once = rt->host->backend() == "shm";
       verify(*rt->host);
       fmt::print("rank {} of {} ({}): {} passed, {} failed\n", rt->rank, rt->size, rt->describe(), checks - failures,
@@ -213,34 +274,8 @@ int main(int argc, char** argv) {
       fmt::print("rank {} of {}: {} passed, {} failed\n", comm->rank(), comm->size(), checks - failures, failures);
       return failures ? 1 : 0;
     }
-    std::vector<float> buf(1000, 1.f);
-    if (mode == "mismatch") {
-      try {
-        comm->allreduce(buf.data(), buf.data(), my_rank == 1 ? 999 : 1000, DType::F32, ReduceOp::Sum).wait();
-      } catch (const Error& e) {
-        bool named = std::string(e.what()).find("mismatched") != std::string::npos;
-        fmt::print("rank {}: {}: {}\n", my_rank, named ? "MISMATCH-DETECTED" : "WRONG-ERROR", e.what());
-        return named ? 0 : 1;
-      }
-      fmt::print("rank {}: mismatch NOT detected\n", my_rank);
-      return 1;
-    }
-    if (mode == "die") {
-      comm->barrier().wait();
-      if (my_rank == 1) ::_exit(9);
-      auto t0 = std::chrono::steady_clock::now();
-      try {
-        for (int i = 0; i < 100; ++i) comm->allreduce(buf.data(), buf.data(), 1000, DType::F32, ReduceOp::Sum).wait();
-      } catch (const Error& e) {
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        bool named = std::string(e.what()).find("rank 1") != std::string::npos;
-        fmt::print("rank {}: {} after {:.2f} s: {}\n", my_rank, named ? "DEATH-DETECTED" : "WRONG-ERROR", s, e.what());
-        return named && s < 10 ? 0 : 1;
-      }
-      fmt::print("rank {}: death NOT detected\n", my_rank);
-      return 1;
-    }
-    fmt::print(stderr, "unknown mode '{}'; valid: verify, mismatch, die\n", mode);
+    if (mode == "mismatch") return mismatch(*comm);
+    fmt::print(stderr, "unknown mode '{}'; valid: verify, init, mismatch, die\n", mode);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "rank {}: error: {}\n", my_rank, e.what());

@@ -1,23 +1,252 @@
-// NCCL wiring under a real PMIx server.
-//   nccl_mp uid   the unique-id exchange (no GPU needed): every rank holds rank 0's id
-//   nccl_mp gpu   full init + collectives + split on GPUs; exits 77 (skipped) without a device
+// The NCCL communicator.
+//   nccl_mp uid   the unique-id exchange under a PMIx server (no GPU needed): every rank holds rank 0's id
+//   nccl_mp gpu   any world, one process per GPU (one process and one GPU is enough): every collective,
+//                 dtype and op against a host reference, blocking and async, stream-ordered after the
+//                 caller's stream, device buckets, split, abort. Exits 77 (skipped) only when CUDA
+//                 reports no device; any other CUDA or NCCL error fails.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/kernels/half.hpp"
+#include "trainrt/runtime/bucketer.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
 
 using namespace trainrt;
+namespace k = trainrt::kernels;
+
+namespace {
+
+unsigned me = 0, n = 1, failures = 0, checks = 0;
+
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok && failures++ < 30) fmt::print(stderr, "rank {}: FAIL {}\n", me, what);
+}
+
+void cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw Error(fmt::format("{}: {}", what, cudaGetErrorString(rc)), "test");
+}
+
+// Rank r's value at i: varied signs and magnitudes, exact in every dtype and in any sum of 8 ranks.
+double value(unsigned r, std::size_t i, DType t) {
+  std::uint64_t h = (r + 1) * 0x9e3779b97f4a7c15ull ^ (i * 0xbf58476d1ce4e5b9ull);
+  h ^= h >> 29;
+  double v = static_cast<double>(static_cast<std::int64_t>(h % 255) - 127);
+  if (t == DType::I32 || t == DType::I64) return v * 1000003.0;  // beyond 16 bits: a narrowed type shows
+  if (t == DType::BF16) return v / 8.0;
+  return v / 64.0;
+}
+
+void store(void* buf, std::size_t i, DType t, double v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DType::F64: static_cast<double*>(buf)[i] = v; break;
+    case DType::F16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_f16(static_cast<float>(v)); break;
+    case DType::BF16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_bf16(static_cast<float>(v)); break;
+    case DType::I32: static_cast<std::int32_t*>(buf)[i] = static_cast<std::int32_t>(v); break;
+    case DType::I64: static_cast<std::int64_t*>(buf)[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+
+double load(const void* buf, std::size_t i, DType t) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(buf)[i];
+    case DType::F64: return static_cast<const double*>(buf)[i];
+    case DType::F16: return k::f16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
+    case DType::BF16: return k::bf16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
+    case DType::I32: return static_cast<const std::int32_t*>(buf)[i];
+    case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(buf)[i]);
+  }
+  return 0;
+}
+
+// The host reference: ranks in order, rounded through the dtype; NCCL's avg of integers truncates.
+double reference(std::size_t i, DType t, ReduceOp op) {
+  double acc = value(0, i, t);
+  for (unsigned r = 1; r < n; ++r) {
+    double v = value(r, i, t);
+    acc = op == ReduceOp::Min ? std::min(acc, v) : op == ReduceOp::Max ? std::max(acc, v) : acc + v;
+  }
+  if (op == ReduceOp::Avg) acc = (t == DType::I32 || t == DType::I64) ? std::trunc(acc / n) : acc / n;
+  std::uint8_t tmp[8];
+  store(tmp, 0, t, acc);
+  return load(tmp, 0, t);
+}
+
+// Half types reduced by NCCL across several ranks may round per step: one ulp per rank.
+bool close(double got, double want, DType t) {
+  if (got == want) return true;
+  if (n == 1 || (t != DType::F16 && t != DType::BF16)) return false;
+  const double eps = t == DType::F16 ? 1.0 / 1024 : 1.0 / 128;
+  return std::fabs(got - want) <= eps * n * std::max(1.0, std::fabs(want));
+}
+
+// Device buffer + pinned host mirror, moved on the caller's stream only.
+struct Buffers {
+  std::size_t bytes;
+  void* dev = nullptr;
+  void* host = nullptr;
+  explicit Buffers(std::size_t b) : bytes(b ? b : 1) {
+    cuda(cudaMalloc(&dev, bytes), "cudaMalloc");
+    cuda(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  }
+  ~Buffers() {
+    cudaFree(dev);
+    cudaFreeHost(host);
+  }
+  void upload(cudaStream_t s) { cuda(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s), "upload"); }
+  void download(cudaStream_t s) { cuda(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s), "download"); }
+  void poison(cudaStream_t s) { cuda(cudaMemsetAsync(dev, 0xff, bytes, s), "memset"); }
+};
+
+// Uploads on the caller's stream are not waited for on the host: the collective must order after
+// them by itself; downloads on that stream must order after the collective.
+void collectives(Communicator& comm, cudaStream_t s) {
+  const std::vector<std::size_t> counts = {1, 1000, 1 << 20};  // 1M elements: uploads take a while
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64}) {
+    const std::size_t es = size_of(t);
+    for (std::size_t count : counts) {
+      Buffers in(count * es), out(count * es);
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max}) {
+        for (int variant = 0; variant < 3; ++variant) {  // blocking, async, blocking in place
+          for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, value(me, i, t));
+          out.poison(s);
+          in.upload(s);
+          void* dst = variant == 2 ? in.dev : out.dev;
+          if (variant == 1) {
+            Work w = comm.allreduce_async(in.dev, dst, count, t, op);
+            (variant == 2 ? in : out).download(s);
+            w.wait();
+          } else {
+            comm.allreduce(in.dev, dst, count, t, op);
+            (variant == 2 ? in : out).download(s);
+          }
+          cuda(cudaStreamSynchronize(s), "sync");
+          const void* got = variant == 2 ? in.host : out.host;
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i) bad += !close(load(got, i, t), reference(i, t, op), t);
+          check(bad == 0, fmt::format("allreduce {} {} count {} {}: {} wrong", to_string(t), to_string(op), count,
+                                      variant == 0 ? "blocking" : variant == 1 ? "async" : "in place", bad));
+        }
+      }
+      // reduce_scatter: rank r gets block r of the sum of everyone's n*count inputs.
+      {
+        Buffers big(count * n * es), mine(count * es);
+        for (std::size_t i = 0; i < count * n; ++i) store(big.host, i, t, value(me, i, t));
+        mine.poison(s);
+        big.upload(s);
+        comm.reduce_scatter(big.dev, mine.dev, count, t, ReduceOp::Sum);
+        mine.download(s);
+        cuda(cudaStreamSynchronize(s), "sync");
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < count; ++i)
+          bad += !close(load(mine.host, i, t), reference(me * count + i, t, ReduceOp::Sum), t);
+        check(bad == 0, fmt::format("reduce_scatter {} count {}: {} wrong", to_string(t), count, bad));
+      }
+      // allgather, async.
+      {
+        Buffers all(count * n * es);
+        for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, value(me, i, t));
+        all.poison(s);
+        in.upload(s);
+        Work w = comm.allgather_async(in.dev, all.dev, count, t);
+        all.download(s);
+        w.wait();
+        cuda(cudaStreamSynchronize(s), "sync");
+        std::size_t bad = 0;
+        for (unsigned r = 0; r < n; ++r)
+          for (std::size_t i = 0; i < count; ++i) bad += load(all.host, r * count + i, t) != value(r, i, t);
+        check(bad == 0, fmt::format("allgather {} count {}: {} wrong", to_string(t), count, bad));
+      }
+      // broadcast from every root.
+      for (unsigned root = 0; root < n; ++root) {
+        for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, me == root ? value(root, i, t) : -1.0);
+        in.upload(s);
+        comm.broadcast(in.dev, count, t, root);
+        in.download(s);
+        cuda(cudaStreamSynchronize(s), "sync");
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < count; ++i) bad += load(in.host, i, t) != value(root, i, t);
+        check(bad == 0, fmt::format("broadcast {} count {} root {}: {} wrong", to_string(t), count, root, bad));
+      }
+    }
+  }
+  comm.barrier();
+  comm.barrier_async().wait();
+}
+
+// Device buckets: 300 gradients uploaded on the caller's stream, averaged, read back there.
+void buckets(Communicator& comm, cudaStream_t s) {
+  std::vector<std::size_t> sizes;
+  std::size_t total = 0;
+  for (std::size_t g = 0; g < 300; ++g) total += sizes.emplace_back(1 + (g * 53) % 5000);
+  Buffers all(total * 4);
+  std::vector<kernels::TensorRef> refs;
+  std::size_t off = 0;
+  for (std::size_t g = 0; g < sizes.size(); ++g) {
+    refs.push_back({static_cast<float*>(all.dev) + off, sizes[g]});
+    off += sizes[g];
+  }
+  for (std::size_t i = 0; i < total; ++i) store(all.host, i, DType::F32, value(me, i, DType::F32));
+  GradientBucketer bucketer(comm, refs, DType::F32, 64 << 10, Memory::Device, s);
+  all.upload(s);
+  bucketer.allreduce(ReduceOp::Avg);
+  all.download(s);
+  cuda(cudaStreamSynchronize(s), "sync");
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < total; ++i) bad += !close(load(all.host, i, DType::F32), reference(i, DType::F32, ReduceOp::Avg), DType::F32);
+  check(bad == 0 && bucketer.bucket_count() > 1,
+        fmt::format("device buckets: {} wrong in {} buckets", bad, bucketer.bucket_count()));
+}
+
+// Split, then abort the child: later calls throw PeerError; destroying it afterwards is safe.
+void split_and_abort(Communicator& comm) {
+  auto child = split_nccl_communicator(comm, 0, static_cast<int>(me));
+  check(child->size() == n, fmt::format("split of everyone has {} ranks, not {}", child->size(), n));
+  child->barrier();
+  child->abort("test");
+  bool peer = false;
+  try {
+    child->barrier();
+  } catch (const PeerError&) {
+    peer = true;
+  }
+  check(peer, "a barrier on an aborted communicator did not throw PeerError");
+  child.reset();
+  comm.barrier();  // the parent is unaffected
+}
+
+// Skip only when the machine has no GPU: no CUDA driver at all, or a driver that finds no device.
+bool no_gpu_here(std::string& why) {
+  if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) && !dlopen("libcuda.so.1", RTLD_NOW)) {
+    why = "no CUDA driver (libcuda.so.1) on this machine";
+    return true;
+  }
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0)) {
+    why = "the CUDA driver finds no device";
+    return true;
+  }
+  cuda(rc, "cudaGetDeviceCount");
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "uid";
   try {
     auto session = bootstrap::Session::open({std::chrono::seconds(60), true});
-    const unsigned me = session->rank(), n = session->size();
+    me = session->rank();
+    n = session->size();
     if (mode == "uid") {
       bootstrap::Blob id = exchange_nccl_unique_id(*session);
       auto all = session->allgather(id);
@@ -29,40 +258,29 @@ int main(int argc, char** argv) {
       return same && nonzero ? 0 : 1;
     }
     if (mode == "gpu") {
-      if (!nccl_available()) {
-        fmt::print("rank {}: SKIPPED: no CUDA device on this machine; NCCL init and collectives not run\n", me);
+      std::string why;
+      if (no_gpu_here(why)) {
+        fmt::print("rank {}: SKIPPED: {}; NCCL init and collectives not run\n", me, why);
         return 77;
       }
-      int devices = 0;
-      cudaGetDeviceCount(&devices);
+      cudaStream_t s = nullptr;
       NcclOptions opts;
-      opts.device = static_cast<int>(session->local_rank() % devices);
+      opts.timeout = std::chrono::seconds(60);
       auto comm = make_nccl_communicator(*session, opts);
-      const std::size_t count = 1 << 20;
-      std::vector<float> host(count);
-      for (std::size_t i = 0; i < count; ++i) host[i] = static_cast<float>((i + me) % 13);
-      float* dev = nullptr;
-      cudaMalloc(&dev, count * sizeof(float));
-      cudaMemcpy(dev, host.data(), count * sizeof(float), cudaMemcpyHostToDevice);
-      comm->allreduce(dev, dev, count, DType::F32, ReduceOp::Sum).wait();
-      cudaMemcpy(host.data(), dev, count * sizeof(float), cudaMemcpyDeviceToHost);
-      std::size_t wrong = 0;
-      for (std::size_t i = 0; i < count; ++i) {
-        float want = 0;
-        for (unsigned r = 0; r < n; ++r) want += static_cast<float>((i + r) % 13);
-        wrong += host[i] != want;
-      }
-      auto half = split_nccl_communicator(*comm, static_cast<int>(me % 2), static_cast<int>(me));
-      half->barrier().wait();
-      fmt::print("rank {} of {}: allreduce {} wrong; split size {}; {}\n", me, n, wrong, half->size(),
-                 wrong == 0 ? "GPU-OK" : "GPU-FAIL");
-      cudaFree(dev);
-      return wrong == 0 ? 0 : 1;
+      cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+      set_nccl_stream(*comm, s);
+      collectives(*comm, s);
+      buckets(*comm, s);
+      split_and_abort(*comm);
+      comm.reset();
+      cudaStreamDestroy(s);
+      fmt::print("rank {} of {}: {} checks, {} failed: {}\n", me, n, checks, failures, failures ? "GPU-FAIL" : "GPU-OK");
+      return failures ? 1 : 0;
     }
     fmt::print(stderr, "unknown mode '{}'; valid: uid, gpu\n", mode);
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "rank {}: error: {}\n", me, e.what());
     return 1;
   }
 }

@@ -12,9 +12,48 @@ namespace trainrt::checkpoint {
 
 #ifdef TRAINRT_HAVE_CUDA_KERNELS
 namespace {
+
 void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("{}: {}", what, cudaGetErrorString(rc)), "checkpoint");
 }
+
+// A stream and an event of our own per copy: copies are rare (one per registered buffer per
+// save or restore), so creating them costs nothing that matters and no state outlives a call.
+class CopyStream {
+ public:
+  CopyStream() {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cudaError_t rc = cudaEventCreateWithFlags(&after_, cudaEventDisableTiming); rc != cudaSuccess) {
+      cudaStreamDestroy(stream_);
+      check(rc, "cudaEventCreate");
+    }
+  }
+  ~CopyStream() {
+    cudaEventDestroy(after_);
+    cudaStreamDestroy(stream_);
+  }
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+
+  // Orders this stream after the user's stream, or after the whole device without one.
+  void after(void* user) {
+    if (!user) {
+      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      return;
+    }
+    check(cudaEventRecord(after_, static_cast<cudaStream_t>(user)), "cudaEventRecord(user stream)");
+    check(cudaStreamWaitEvent(stream_, after_, 0), "cudaStreamWaitEvent");
+  }
+  void copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, const char* what) {
+    check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what);
+    check(cudaStreamSynchronize(stream_), what);
+  }
+
+ private:
+  cudaStream_t stream_{};
+  cudaEvent_t after_{};
+};
+
 }  // namespace
 
 void* pinned_alloc(std::size_t bytes) {
@@ -25,17 +64,25 @@ void* pinned_alloc(std::size_t bytes) {
 void pinned_free(void* p) noexcept {
   if (p) cudaFreeHost(p);
 }
-void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
-  check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy device->host");
+void copy_device_to_host(void* host, const void* device, std::size_t bytes, void* stream) {
+  CopyStream s;
+  s.after(stream);
+  s.copy(host, device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync device->host");
 }
-void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
-  check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host->device");
+void copy_host_to_device(void* device, const void* host, std::size_t bytes, void* stream) {
+  CopyStream s;
+  s.after(stream);  // the user's last reads of the old contents come first
+  s.copy(device, host, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync host->device");
 }
 #else
 void* pinned_alloc(std::size_t) { throw Error("device buffers need a CUDA build", "checkpoint"); }
 void pinned_free(void*) noexcept {}
-void copy_device_to_host(void*, const void*, std::size_t) { throw Error("device buffers need a CUDA build", "checkpoint"); }
-void copy_host_to_device(void*, const void*, std::size_t) { throw Error("device buffers need a CUDA build", "checkpoint"); }
+void copy_device_to_host(void*, const void*, std::size_t, void*) {
+  throw Error("device buffers need a CUDA build", "checkpoint");
+}
+void copy_host_to_device(void*, const void*, std::size_t, void*) {
+  throw Error("device buffers need a CUDA build", "checkpoint");
+}
 #endif
 
 }  // namespace trainrt::checkpoint

@@ -9,7 +9,6 @@
 
 namespace trainrt {
 
-bool gloo_available();
 // `address`: the host name or IP this rank listens on (reachable from the other nodes); empty:
 // SLURMD_NODENAME, else the host name. `tag` names the rendezvous keys; every member must pass the
 // same one (empty: a per-process counter, right when every rank creates the same communicators in

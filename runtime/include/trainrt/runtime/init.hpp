@@ -2,7 +2,10 @@
 // trainrt::init(): the one call a training program makes. Reads the TRAINRT_* environment the
 // SPANK plugin exports (docs/environment.md), opens the bootstrap (PMIx, or a one-process world),
 // creates the host communicator (shared memory inside one node, Gloo across nodes) and, where CUDA
-// is present and asked for, the NCCL communicator on the task's own GPU.
+// is present and asked for, the NCCL communicator on the task's own GPU (choose_cuda_device in
+// nccl_communicator.hpp). Ranks that share a GPU (tasks-per-gpu=2) or lack one cannot run NCCL:
+// with DeviceComm::Auto, init says so once (rank 0, on stderr), leaves `device` null and explains
+// why in `device_note`; the program reduces through `host`. With Required it throws.
 #include <memory>
 #include <string>
 
@@ -11,7 +14,7 @@
 
 namespace trainrt {
 
-enum class DeviceComm { Auto, Off, Required };  // Auto: NCCL when a GPU is present
+enum class DeviceComm { Auto, Off, Required };  // Auto: NCCL when every rank has a GPU of its own
 
 struct InitOptions {
   DeviceComm nccl = DeviceComm::Auto;
@@ -22,9 +25,10 @@ struct InitOptions {
 struct Runtime {
   std::unique_ptr<bootstrap::Session> session;
   std::unique_ptr<Communicator> host;    // CPU memory
-  std::unique_ptr<Communicator> device;  // GPU memory; null without NCCL/GPU
+  std::unique_ptr<Communicator> device;  // GPU memory; null without NCCL/GPU (device_note says why)
   unsigned rank = 0, size = 1, local_rank = 0, local_size = 1;
-  int cuda_device = -1;          // TRAINRT_CUDA_DEVICE, -1 when the plugin set none
+  int cuda_device = -1;          // the GPU this rank uses (choose_cuda_device); -1 without one
+  std::string device_note;       // why `device` is null; "" when it is not
   std::string placement_cpus;    // TRAINRT_CPUS, "" outside the plugin
   std::string placement_nics;    // TRAINRT_NICS
   unsigned restart_count = 0;    // SLURM_RESTART_COUNT

@@ -4,7 +4,7 @@
 // sum by n (integers: truncating division).
 #include <cstddef>
 
-#include "trainrt/runtime/dtype.hpp"
+#include "trainrt/dtype.hpp"
 
 namespace trainrt {
 

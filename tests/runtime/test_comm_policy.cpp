@@ -1,0 +1,140 @@
+// The communicators' failure policy and device choice, in one process (no PMIx, no GPU):
+// typed errors, usage errors that leave a communicator usable, blocking calls that throw without
+// wait(), aborted communicators, the shared-memory segment never left behind, and the pure device
+// selection and NCCL placement rules.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/runtime/bucketer.hpp"
+#include "trainrt/runtime/nccl_communicator.hpp"
+#include "trainrt/runtime/shm_communicator.hpp"
+
+using namespace trainrt;
+
+namespace {
+
+std::unique_ptr<Communicator> one_rank(bootstrap::Session& s, CommOptions o = {}) {
+  return make_shm_communicator(s, o);
+}
+
+// Names in /dev/shm of segments this process created ("/trainrt-<pid>-...").
+std::vector<std::string> my_segments() {
+  std::vector<std::string> out;
+  const std::string prefix = "trainrt-" + std::to_string(::getpid()) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.push_back(e->d_name);
+    ::closedir(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("error kinds derive from trainrt::Error and keep the context prefix") {
+  try {
+    throw PeerError("rank 3 died", "shm");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "shm: rank 3 died");
+    CHECK(e.bare_what() == "rank 3 died");
+    CHECK(dynamic_cast<const PeerError*>(&e) != nullptr);
+    CHECK(dynamic_cast<const UsageError*>(&e) == nullptr);
+  }
+  CHECK_THROWS_AS(throw UsageError("bad root"), Error);
+}
+
+TEST_CASE("a bad argument is a UsageError before anything starts, and the communicator stays usable") {
+  auto session = bootstrap::Session::single_process();
+  auto comm = one_rank(*session);
+  float a[4] = {1, 2, 3, 4}, b[4] = {};
+  CHECK_THROWS_AS(comm->allreduce(a, b, 4, static_cast<DType>(42), ReduceOp::Sum), UsageError);
+  CHECK_THROWS_AS(comm->allreduce(a, b, 4, DType::F32, static_cast<ReduceOp>(9)), UsageError);
+  CHECK_THROWS_AS(comm->allreduce(nullptr, b, 4, DType::F32, ReduceOp::Sum), UsageError);
+  CHECK_THROWS_AS(comm->allgather(a, nullptr, 4, DType::F32), UsageError);
+  CHECK_THROWS_AS(comm->broadcast(a, 4, DType::F32, 1), UsageError);
+  CHECK_THROWS_AS(comm->allreduce(a, b, std::numeric_limits<std::size_t>::max() / 2, DType::F32, ReduceOp::Sum),
+                  UsageError);
+  CHECK_THROWS_AS(comm->allreduce_async(a, b, 4, static_cast<DType>(42), ReduceOp::Sum), UsageError);
+  // Zero elements need no buffers.
+  CHECK_NOTHROW(comm->allreduce(nullptr, nullptr, 0, DType::F32, ReduceOp::Sum));
+  comm->allreduce(a, b, 4, DType::F32, ReduceOp::Sum);
+  CHECK(b[3] == 4.f);
+  comm->allreduce_async(a, b, 4, DType::F32, ReduceOp::Max).wait();
+  comm->barrier();
+}
+
+TEST_CASE("an aborted communicator: blocking calls throw PeerError without wait(), async Work on wait()") {
+  auto session = bootstrap::Session::single_process();
+  auto comm = one_rank(*session);
+  std::int64_t x = 5, y = 0;
+  comm->allreduce(&x, &y, 1, DType::I64, ReduceOp::Sum);
+  CHECK(y == 5);
+  comm->abort("the watchdog gave up");
+  try {
+    comm->allreduce(&x, &y, 1, DType::I64, ReduceOp::Sum);
+    FAIL("a blocking allreduce on an aborted communicator returned");
+  } catch (const PeerError& e) {
+    CHECK(std::string(e.what()).find("the watchdog gave up") != std::string::npos);
+  }
+  CHECK_THROWS_AS(comm->barrier(), PeerError);
+  Work w = comm->broadcast_async(&x, 1, DType::I64, 0);
+  CHECK_THROWS_AS(w.wait(), PeerError);
+  // Argument checks still come first and say UsageError.
+  CHECK_THROWS_AS(comm->broadcast(&x, 1, DType::I64, 7), UsageError);
+}
+
+TEST_CASE("a shared-memory segment whose mapping fails is removed from /dev/shm") {
+  auto session = bootstrap::Session::single_process();
+  CommOptions o;
+  o.slot_bytes = std::size_t{1} << 50;  // ftruncate succeeds on tmpfs, the 3 PiB mapping cannot
+  const auto before = my_segments();
+  CHECK_THROWS_AS(make_shm_communicator(*session, o), Error);
+  CHECK(my_segments() == before);
+}
+
+TEST_CASE("device buckets need an NCCL communicator") {
+  auto session = bootstrap::Session::single_process();
+  auto comm = one_rank(*session);
+  std::vector<float> g(8);
+  CHECK_THROWS_AS(GradientBucketer(*comm, {{g.data(), g.size()}}, DType::F32, 1024, Memory::Device), UsageError);
+  CHECK_THROWS_AS(GradientBucketer(*comm, {{g.data(), g.size()}}, DType::F32, 0), UsageError);
+}
+
+TEST_CASE("the CUDA device: TRAINRT_CUDA_DEVICE, else the local rank among several visible, else 0") {
+  // The plugin names the task's own GPU's position.
+  CHECK(choose_cuda_device("3", 0, "4,5,6,7", 4) == 3);
+  CHECK(choose_cuda_device("0", 5, "2", 1) == 0);
+  CHECK_THROWS_AS(choose_cuda_device("4", 0, "0,1,2,3", 4), Error);
+  CHECK_THROWS_AS(choose_cuda_device("x", 0, nullptr, 4), Error);
+  CHECK_THROWS_AS(choose_cuda_device("-1", 0, nullptr, 4), Error);
+  CHECK_THROWS_AS(choose_cuda_device("1a", 0, nullptr, 4), Error);
+  // Several visible: the local rank, when it names one.
+  CHECK(choose_cuda_device(nullptr, 2, "0,1,2,3", 4) == 2);
+  CHECK(choose_cuda_device("", 1, "GPU-aaaa,GPU-bbbb", 2) == 1);
+  CHECK(choose_cuda_device(nullptr, 3, nullptr, 8) == 3);  // unset: every device is visible
+  // One visible (Slurm's --gpus-per-task=1), or more ranks than devices: device 0.
+  CHECK(choose_cuda_device(nullptr, 5, "5", 1) == 0);
+  CHECK(choose_cuda_device(nullptr, 2, "0,1", 2) == 0);
+  CHECK(choose_cuda_device(nullptr, 1, nullptr, 1) == 0);
+}
+
+TEST_CASE("NCCL placement: every rank needs a GPU of its own on its node") {
+  CHECK_FALSE(nccl_placement_problem({{0, 0, "0000:3b:00.0"}, {1, 0, "0000:5e:00.0"}}).has_value());
+  // The same bus id on two nodes is two GPUs.
+  CHECK_FALSE(nccl_placement_problem({{0, 0, "0000:3b:00.0"}, {1, 1, "0000:3b:00.0"}}).has_value());
+  auto shared = nccl_placement_problem({{0, 0, "0000:3b:00.0"}, {1, 0, "0000:3b:00.0"}, {2, 0, "0000:5e:00.0"}});
+  REQUIRE(shared.has_value());
+  CHECK(shared->find("ranks 0,1 share GPU 0000:3b:00.0 on node 0") != std::string::npos);
+  auto missing = nccl_placement_problem({{0, 0, "0000:3b:00.0"}, {1, 0, ""}});
+  REQUIRE(missing.has_value());
+  CHECK(missing->find("rank(s) 1 have no usable CUDA device") != std::string::npos);
+}
