@@ -1,41 +1,52 @@
-// CPU twins of the CUDA kernels. Loops are written so GCC vectorises them (-O3, FMA where the
-// target has it); the arithmetic is element_ops.hpp's, shared with the device code.
+// CPU twins of the CUDA kernels. Loops are written so GCC vectorises them (-O3, hardware FMA for
+// the explicit fmaf calls where the target has it); the file is compiled with -ffp-contract=off, so
+// no other product is fused and each result rounds exactly where element_ops.hpp says.
 #include <xxhash.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
+#include "trainrt/error.hpp"
 #include "trainrt/kernels/cpu.hpp"
 #include "trainrt/kernels/element_ops.hpp"
+
+static_assert(std::endian::native == std::endian::little, "the checksum contract reads little-endian words");
 
 namespace trainrt::kernels::cpu {
 namespace {
 
-int norm_tag(DType t) { return t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 0; }
+int norm_tag(DType t) {
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+    throw Error(std::string("l2_norm takes f32, f16 or bf16, not ") + to_string(t), "kernels");
+  return t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 0;
+}
 
+// One chunk's f32 partial in the order of element_ops.hpp: a flat array of 1024 accumulators is
+// the 256 lanes x 4 slot positions (accumulator 4l + c belongs to lane l, position c), so the hot
+// loop is a plain stride-1 fma loop GCC vectorises without changing any rounding.
 template <typename Load>
-float chunk_sum_of_squares(Load load, std::size_t base, std::size_t count) {
-  float acc[kLanes] = {};
-  constexpr std::size_t per_lane = kNormChunk / kLanes;
-  if (base + kNormChunk <= count) {
-    for (std::size_t j = 0; j < per_lane; ++j)
-      for (unsigned l = 0; l < kLanes; ++l) {
-        const float x = load(base + j * kLanes + l);
-        acc[l] = std::fma(x, x, acc[l]);
+float chunk_partial(Load load, std::size_t base, std::size_t count) {
+  constexpr std::size_t kRow = kLanes * kNormVec;  // elements per slot row: one slot for every lane
+  float acc[kRow] = {};
+  const std::size_t len = std::min(kNormChunk, count - base);
+  if (len == kNormChunk) {
+    for (std::size_t j = 0; j < kNormSlotsPerLane; ++j)
+      for (std::size_t i = 0; i < kRow; ++i) {
+        const float x = load(base + j * kRow + i);
+        acc[i] = std::fma(x, x, acc[i]);
       }
   } else {
-    for (std::size_t j = 0; j < per_lane; ++j)
-      for (unsigned l = 0; l < kLanes; ++l) {
-        const std::size_t idx = base + j * kLanes + l;
-        if (idx < count) {
-          const float x = load(idx);
-          acc[l] = std::fma(x, x, acc[l]);
-        }
+    for (std::size_t j = 0; j < kNormSlotsPerLane; ++j)
+      for (std::size_t i = 0; i < kRow && j * kRow + i < len; ++i) {
+        const float x = load(base + j * kRow + i);
+        acc[i] = std::fma(x, x, acc[i]);
       }
   }
-  for (unsigned s = kLanes / 2; s > 0; s /= 2)
-    for (unsigned l = 0; l < s; ++l) acc[l] = acc[l] + acc[l + s];
-  return acc[0];
+  float lanes[kLanes];
+  for (unsigned l = 0; l < kLanes; ++l) lanes[l] = norm_lane_value(acc + kNormVec * l);
+  return tree256_host(lanes, [](float a, float b) { return a + b; });
 }
 
 }  // namespace
@@ -44,7 +55,7 @@ void pack(const ConstTensorRef* tensors, std::size_t n, DType dtype, void* bucke
   auto* out = static_cast<unsigned char*>(bucket);
   const std::size_t es = size_of(dtype);
   for (std::size_t i = 0; i < n; ++i) {
-    std::memcpy(out, tensors[i].data, tensors[i].count * es);
+    if (tensors[i].count) std::memcpy(out, tensors[i].data, tensors[i].count * es);
     out += tensors[i].count * es;
   }
 }
@@ -53,7 +64,7 @@ void unpack(const void* bucket, const TensorRef* tensors, std::size_t n, DType d
   const auto* in = static_cast<const unsigned char*>(bucket);
   const std::size_t es = size_of(dtype);
   for (std::size_t i = 0; i < n; ++i) {
-    std::memcpy(tensors[i].data, in, tensors[i].count * es);
+    if (tensors[i].count) std::memcpy(tensors[i].data, in, tensors[i].count * es);
     in += tensors[i].count * es;
   }
 }
@@ -95,18 +106,16 @@ double l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype) {
     for (std::size_t c = 0; c < count; c += kNormChunk) {
       if (tag == 0) {
         const float* f = static_cast<const float*>(base);
-        partials.push_back(chunk_sum_of_squares([f](std::size_t i) { return f[i]; }, c, count));
+        partials.push_back(chunk_partial([f](std::size_t i) { return f[i]; }, c, count));
       } else {
-        partials.push_back(chunk_sum_of_squares([base, tag](std::size_t i) { return load_as_f32(base, i, tag); }, c, count));
+        partials.push_back(chunk_partial([base, tag](std::size_t i) { return load_as_f32(base, i, tag); }, c, count));
       }
     }
   }
-  // Stage 2, the GPU's single finishing block: lane l adds partials l, l+256, ... in double.
+  // Stage 2, the GPU's last block: lane l adds partials l, l+256, ... in double, then tree256.
   double lanes[kLanes] = {};
   for (std::size_t k = 0; k < partials.size(); ++k) lanes[k % kLanes] += static_cast<double>(partials[k]);
-  for (unsigned s = kLanes / 2; s > 0; s /= 2)
-    for (unsigned l = 0; l < s; ++l) lanes[l] = lanes[l] + lanes[l + s];
-  return std::sqrt(lanes[0]);
+  return std::sqrt(tree256_host(lanes, [](double a, double b) { return a + b; }));
 }
 
 void adamw_f32(const TensorRef* params, const ConstTensorRef* grads, const TensorRef* m, const TensorRef* v,
@@ -143,28 +152,29 @@ void adamw_bf16_master(const TensorRef* params_bf16, const ConstTensorRef* grads
 std::vector<std::uint64_t> block_digests(const void* data, std::size_t bytes) {
   const auto* p = static_cast<const unsigned char*>(data);
   std::vector<std::uint64_t> out;
-  for (std::size_t off = 0; off < bytes || (bytes == 0 && out.empty()); off += kChecksumBlock) {
-    const std::size_t len = bytes == 0 ? 0 : std::min(kChecksumBlock, bytes - off);
+  out.reserve(std::max<std::size_t>(1, (bytes + kChecksumBlock - 1) / kChecksumBlock));
+  std::size_t off = 0;
+  do {  // an empty buffer is one empty block
+    const std::size_t len = std::min(kChecksumBlock, bytes - off);
     const unsigned char* block = p + off;
     std::uint64_t acc[kLanes];
     for (unsigned l = 0; l < kLanes; ++l) acc[l] = lane_seed(l);
-    const std::size_t words = (len + 7) / 8;
-    if (len == kChecksumBlock) {
-      // Full, aligned-size block: plain little-endian loads.
-      for (std::size_t j0 = 0; j0 < words; j0 += kLanes)
-        for (unsigned l = 0; l < kLanes; ++l) {
-          std::uint64_t w;
-          std::memcpy(&w, block + (j0 + l) * 8, 8);
-          acc[l] = lane_round(acc[l], w);
-        }
-    } else {
-      for (std::size_t j = 0; j < words; ++j) acc[j % kLanes] = lane_round(acc[j % kLanes], block_word(block, len, j));
+    const std::size_t segments = (len + kDigestSegment - 1) / kDigestSegment;
+    const std::size_t whole = len / kDigestSegment;
+    for (std::size_t s = 0; s < segments; ++s) {
+      std::uint64_t w[2];
+      if (s < whole) {
+        std::memcpy(w, block + s * kDigestSegment, sizeof w);  // little-endian host (x86-64, aarch64)
+      } else {
+        w[0] = block_word(block, len, 2 * s);
+        w[1] = block_word(block, len, 2 * s + 1);
+      }
+      std::uint64_t& a = acc[s % kLanes];
+      a = lane_round(lane_round(a, w[0]), w[1]);
     }
-    std::uint64_t h = kP5 + len;
-    for (unsigned l = 0; l < kLanes; ++l) h = merge_lane(h, acc[l]);
-    out.push_back(avalanche(h));
-    if (bytes == 0) break;
-  }
+    out.push_back(digest_finish(len, tree256_host(acc, digest_merge)));
+    off += len;
+  } while (off < bytes);
   return out;
 }
 

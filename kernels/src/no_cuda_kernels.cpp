@@ -1,4 +1,4 @@
-// Built without CUDA: the device kernels say so.
+// Built without CUDA: the device kernels say so; device_available() is false.
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cuda.hpp"
 

@@ -1,9 +1,20 @@
 #pragma once
-// CUDA kernels with the contracts of their CPU twins (kernels/cpu.hpp). Pointers are device
-// pointers; tensor lists are host arrays of device pointers. Everything is enqueued on `stream`
-// (a cudaStream_t; nullptr = the default stream). Multi-tensor kernels take up to 24 tensors and
-// 320 chunks per launch, so thousands of small tensors cost a handful of launches.
-// Built only with TRAINRT_WITH_CUDA; otherwise every call throws trainrt::Error.
+// CUDA kernels with the contracts of their CPU twins (kernels/cpu.hpp): for equal inputs the
+// results are bitwise equal (docs/kernels.md). Pointers are device pointers; tensor lists are host
+// arrays of device pointers.
+//
+// Streams: every function enqueues all of its work (kernels, scratch allocation, the upload of a
+// tensor table) on `stream`, a cudaStream_t, and returns without waiting for the device. There is no
+// default argument, so every call site names its stream; nullptr means the legacy default stream,
+// which the runtime never passes in new code (it serialises with every blocking stream).
+//
+// Launch shape: a grid sized from the device's SM count (queried once per device), 256 threads a
+// block, 16-byte vector accesses with scalar heads and tails. A multi-tensor call is one launch
+// (pack/unpack, AdamW) or exactly one launch (l2_norm) whatever the number of tensors; only the
+// split of the work between blocks depends on the SM count, never the results.
+//
+// Errors: a failing CUDA call throws trainrt::Error naming the call and the CUDA error.
+// Built only with CUDA; otherwise every call throws trainrt::Error (device_available: false).
 #include <cstddef>
 #include <cstdint>
 
@@ -12,31 +23,38 @@
 
 namespace trainrt::kernels::cuda {
 
-using Stream = void*;
+using Stream = void*;  // a cudaStream_t
 
-bool device_available();  // built with CUDA and at least one device visible
+// True when at least one CUDA device is visible. False when there is none (cudaErrorNoDevice, a
+// count of 0) or no CUDA driver is installed at all (the driver reports version 0), and in a build
+// without CUDA. Any other CUDA error, e.g. a driver older than the runtime, throws trainrt::Error.
+bool device_available();
 
-void pack(const ConstTensorRef* tensors, std::size_t n, DType dtype, void* bucket, Stream stream = nullptr);
-void unpack(const void* bucket, const TensorRef* tensors, std::size_t n, DType dtype, Stream stream = nullptr);
+// Concatenate / split: any alignment, any size; element pointers need no alignment at all.
+void pack(const ConstTensorRef* tensors, std::size_t n, DType dtype, void* bucket, Stream stream);
+void unpack(const void* bucket, const TensorRef* tensors, std::size_t n, DType dtype, Stream stream);
 
 // `flag` (device int) is set to 1 when any input/output is inf/NaN; it is never cleared here.
+// f32 pointers must be 4-byte aligned, half pointers 2-byte aligned (natural alignment).
 void cast_to_half(const float* in, std::uint16_t* out, std::size_t count, float scale, HalfKind kind, int* flag,
-                  Stream stream = nullptr);
+                  Stream stream);
 void cast_from_half(const std::uint16_t* in, float* out, std::size_t count, float scale, HalfKind kind, int* flag,
-                    Stream stream = nullptr);
+                    Stream stream);
 
-// Writes the norm to `result` (device double). Bitwise equal to cpu::l2_norm.
-void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream = nullptr);
+// Writes the norm to `result` (device double). Bitwise equal to cpu::l2_norm. Exactly one kernel
+// launch per call; scratch comes from a stream-ordered pool and is released in stream order.
+void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream);
 
 // `found_inf`: device int or nullptr; when it holds non-zero the update is skipped on the device.
+// Natural alignment required (f32: 4 bytes, bf16: 2 bytes); 16-byte alignment makes it vectorised.
 void adamw_f32(const TensorRef* params, const ConstTensorRef* grads, const TensorRef* m, const TensorRef* v,
-               std::size_t n, const AdamWConfig& config, const int* found_inf, Stream stream = nullptr);
+               std::size_t n, const AdamWConfig& config, const int* found_inf, Stream stream);
 void adamw_bf16_master(const TensorRef* params_bf16, const ConstTensorRef* grads_bf16, const TensorRef* master,
                        const TensorRef* m, const TensorRef* v, std::size_t n, const AdamWConfig& config,
-                       const int* found_inf, Stream stream = nullptr);
+                       const int* found_inf, Stream stream);
 
 // One digest per 64 KiB block into `digests` (device, max(1, ceil(bytes / 64 KiB)) entries),
-// equal to cpu::block_digests; combine on the host with cpu::combine_digests.
-void block_digests(const void* data, std::size_t bytes, std::uint64_t* digests, Stream stream = nullptr);
+// equal to cpu::block_digests; combine on the host with cpu::combine_digests. Any alignment.
+void block_digests(const void* data, std::size_t bytes, std::uint64_t* digests, Stream stream);
 
 }  // namespace trainrt::kernels::cuda
