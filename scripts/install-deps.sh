@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages train-runtime builds and tests with. Idempotent; needs root.
+#   install-deps.sh          install what is missing
+#   install-deps.sh --list   print the package names (scripts/check-deps.py compares the build with them)
 set -euo pipefail
 
 packages=(
@@ -13,7 +15,13 @@ packages=(
   openmpi-bin libopenmpi-dev
   # host collectives across nodes
   libgloo-dev
+  # the build (Ninja) and the Debian packages (CPack runs dpkg-shlibdeps from dpkg-dev)
+  ninja-build dpkg-dev file
 )
+if [[ ${1:-} == --list ]]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,8 +10,9 @@ bash scripts/install-deps.sh
 command -v gnuplot >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox >/dev/null 2>&1 || echo "(gnuplot-nox not installed: no PNG plot)"; }
 bash scripts/build.sh
 export TRAINRT_CLUSTER_DIR=/tmp/trainrt-quickstart
+export TRAINRT_BUILD_DIR=$(cd "${BUILD_DIR:-build}" && pwd)
 cluster=slurm_examples/local-cluster/cluster.sh
-trainer=$PWD/build/slurm_examples/trainer/train-mlp
+trainer=$TRAINRT_BUILD_DIR/slurm_examples/trainer/train-mlp
 turin=$(cd .. && pwd)/shared/topologies/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
 
 if [[ -f $turin ]]; then

@@ -2,11 +2,13 @@
 # A real Slurm cluster on this machine (munge + slurmctld + slurmd from Debian) with the
 # train-runtime plugin in its plugstack. Run as root.
 #
-#   cluster.sh start [--mode live|xml] [--xml FILE] [--nodes N] [--plugin SO] [--plugin-args "k=v ..."]
+#   cluster.sh start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args "k=v ..."]
 #   cluster.sh stop
 #   cluster.sh env        # prints `export SLURM_CONF=...` for clients
 #   cluster.sh run CMD... # runs a client command (srun, sbatch, ...) where the controller is
 #
+# --build DIR: the build folder whose plugin and trainrt-topo the cluster uses (default
+#       $TRAINRT_BUILD_DIR, else <repo>/build); --plugin SO names another plugin file.
 # --nodes N (N >= 2, live mode): N nodes on this machine, each slurmd in its own network namespace
 #       (trt-n1..N, 10.77.0.11+) behind a bridge in the controller's namespace (trt-ctl, 10.77.0.1);
 #       /etc/hosts gets their names (removed by stop). Clients must run via `cluster.sh run`.
@@ -20,6 +22,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 dir=${TRAINRT_CLUSTER_DIR:-/tmp/trainrt-cluster}
+build=${TRAINRT_BUILD_DIR:-$repo/build}
 conf=$dir/slurm.conf
 
 log() { echo "cluster: $*" >&2; }
@@ -96,7 +99,7 @@ cmd_run() {
 
 xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node line
   local topo=$1 json cpus gpus numa
-  json=$("$repo/build/topology/trainrt-topo" --xml "$topo" --policy none --tasks 1 --format json) ||
+  json=$("$build/topology/trainrt-topo" --xml "$topo" --policy none --tasks 1 --format json) ||
     die "cannot read topology $topo"
   cpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["node"]["cores"])' <<<"$json")
   gpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["gpus"]))' <<<"$json")
@@ -105,9 +108,10 @@ xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node
 }
 
 cmd_start() {
-  local mode=xml topo="" plugin="$repo/build/spank_plugin/train_runtime.so" plugin_args="" nodes=1
+  local mode=xml topo="" plugin="" plugin_args="" nodes=1
   while (($#)); do
     case $1 in
+      --build) build=$2; shift 2 ;;
       --mode) mode=$2; shift 2 ;;
       --xml) topo=$2; shift 2 ;;
       --plugin) plugin=$2; shift 2 ;;
@@ -119,7 +123,8 @@ cmd_start() {
   [[ $mode == live || $mode == xml ]] || die "unknown mode '$mode'; valid: live, xml"
   [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "--nodes '$nodes' is not a number from 1 to 99"
   [[ $nodes == 1 || $mode == live ]] || die "--nodes $nodes needs --mode live"
-  [[ -f $plugin ]] || die "plugin $plugin not found; build first (bash scripts/build.sh)"
+  plugin=${plugin:-$build/spank_plugin/train_runtime.so}
+  [[ -f $plugin ]] || die "plugin $plugin not found; build first (bash scripts/build.sh) or name the build with --build DIR"
   install_packages
   cmd_stop
   rm -rf "$dir"
@@ -227,5 +232,5 @@ case ${1:-} in
   stop) cmd_stop ;;
   env) echo "export SLURM_CONF=$conf" ;;
   run) shift; cmd_run "$@" ;;
-  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--plugin SO] [--plugin-args ARGS] | stop | env | run CMD..." ;;
+  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args ARGS] | stop | env | run CMD..." ;;
 esac

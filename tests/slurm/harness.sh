@@ -1,7 +1,9 @@
 # Sourced by the Slurm test scripts: a private cluster (by directory and ports), a scratch folder
 # that is the working directory, cleanup on exit, and pass/fail counting.
-#   cluster_harness NAME CTLD_PORT SLURMD_PORT   (needs $cluster set)
+#   cluster_harness NAME CTLD_PORT SLURMD_PORT   (needs $cluster and $build set)
 cluster_harness() {
+  # The cluster runs the plugin of the build under test, wherever that build folder is.
+  export TRAINRT_BUILD_DIR=$build
   export TRAINRT_CLUSTER_DIR=/tmp/trainrt-$1-cluster-$$ TRAINRT_SLURMCTLD_PORT=$2 TRAINRT_SLURMD_PORT=$3
   export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
   work=$(mktemp -d)

@@ -1,0 +1,51 @@
+# One AUTO|ON|OFF option per optional part of train-runtime, resolved in one place.
+#   AUTO: built when its dependencies are found, said either way in the summary
+#   ON:   configure fails, naming what is missing
+#   OFF:  not built, not looked for
+# Every part ends as TRAINRT_HAVE_<PART> (ON/OFF) for the folders' CMakeLists, and as one line of
+# the summary that trainrt_print_parts() prints at the end of configure.
+
+function(trainrt_part_option part doc)
+  set(TRAINRT_WITH_${part} AUTO CACHE STRING "${doc} (AUTO|ON|OFF)")
+  set_property(CACHE TRAINRT_WITH_${part} PROPERTY STRINGS AUTO ON OFF)
+  string(TOUPPER "${TRAINRT_WITH_${part}}" value)
+  if(value STREQUAL "TRUE" OR value STREQUAL "YES" OR value STREQUAL "1")
+    set(value ON)
+  elseif(value STREQUAL "FALSE" OR value STREQUAL "NO" OR value STREQUAL "0")
+    set(value OFF)
+  endif()
+  if(NOT value MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "TRAINRT_WITH_${part}='${TRAINRT_WITH_${part}}': valid values are AUTO, ON, OFF")
+  endif()
+  set(TRAINRT_WANT_${part} ${value} PARENT_SCOPE)
+endfunction()
+
+# trainrt_part_resolve(PART FOUND "what was found" "what is missing and how to get it")
+macro(trainrt_part_resolve part found found_text missing_text)
+  if(TRAINRT_WANT_${part} STREQUAL "OFF")
+    set(TRAINRT_HAVE_${part} OFF)
+    set(_trainrt_line "OFF (TRAINRT_WITH_${part}=OFF)")
+  elseif(${found})
+    set(TRAINRT_HAVE_${part} ON)
+    set(_trainrt_line "ON  ${found_text}")
+  elseif(TRAINRT_WANT_${part} STREQUAL "ON")
+    message(FATAL_ERROR "TRAINRT_WITH_${part}=ON but ${missing_text}")
+  else()
+    set(TRAINRT_HAVE_${part} OFF)
+    set(_trainrt_line "OFF (not found: ${missing_text})")
+  endif()
+  set_property(GLOBAL APPEND PROPERTY TRAINRT_PART_SUMMARY "${part}|${_trainrt_line}")
+endmacro()
+
+function(trainrt_print_parts)
+  get_property(lines GLOBAL PROPERTY TRAINRT_PART_SUMMARY)
+  foreach(line IN LISTS lines)
+    string(REPLACE "|" ";" pieces "${line}")
+    list(GET pieces 0 part)
+    list(GET pieces 1 text)
+    string(LENGTH "${part}" n)
+    math(EXPR pad "6 - ${n}")
+    string(REPEAT " " ${pad} spaces)
+    message(STATUS "train-runtime part ${part}${spaces}: ${text}")
+  endforeach()
+endfunction()
