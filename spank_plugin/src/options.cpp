@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <set>
+#include <utility>
 
 #include "trainrt/error.hpp"
 #include "trainrt/strings.hpp"
@@ -14,17 +15,47 @@ namespace {
 constexpr std::size_t kMaxOptionText = 1024;
 constexpr unsigned kMaxTasksPerGpu = 64;
 constexpr const char* kUserValid =
-    "valid: policy=rail|numa|none, show, bind=on|off|dry, gpus=visible-own|visible-all, tasks-per-gpu=1..64, help";
+    "valid: policy=rail|numa|none, show, bind=on|off|dry, gpus=visible-all|visible-own, nics=node|own, "
+    "mem=prefer|bind|off, env=keep|override, launcher[=auto|on|off], tasks-per-gpu=1..64, help";
 
 [[noreturn]] void reject(const std::string& what) {
   throw Error(fmt::format("--train-runtime: {}; {}", what, kUserValid));
 }
 
+constexpr std::pair<const char*, topo::Policy> kPolicies[] = {
+    {"rail", topo::Policy::Rail}, {"numa", topo::Policy::Numa}, {"none", topo::Policy::None}};
+constexpr std::pair<const char*, BindMode> kBind[] = {{"on", BindMode::On}, {"off", BindMode::Off}, {"dry", BindMode::Dry}};
+constexpr std::pair<const char*, GpuVisibility> kGpus[] = {{"visible-all", GpuVisibility::All},
+                                                           {"visible-own", GpuVisibility::Own}};
+constexpr std::pair<const char*, NicScope> kNics[] = {{"node", NicScope::Node}, {"own", NicScope::Own}};
+constexpr std::pair<const char*, MemPolicy> kMem[] = {
+    {"prefer", MemPolicy::Prefer}, {"bind", MemPolicy::Bind}, {"off", MemPolicy::Off}};
+constexpr std::pair<const char*, EnvMode> kEnv[] = {{"keep", EnvMode::Keep}, {"override", EnvMode::Override}};
+constexpr std::pair<const char*, LauncherMode> kLauncher[] = {
+    {"auto", LauncherMode::Auto}, {"on", LauncherMode::On}, {"off", LauncherMode::Off}};
+
+template <class E, std::size_t N>
+E choose(const std::pair<const char*, E> (&table)[N], std::string_view key, std::string_view value) {
+  for (const auto& [text, v] : table)
+    if (value == text) return v;
+  reject(fmt::format("unknown {} '{}'", key, printable(value)));
+}
+
+template <class E, std::size_t N>
+const char* name_of(const std::pair<const char*, E> (&table)[N], E value) {
+  for (const auto& [text, v] : table)
+    if (v == value) return text;
+  return "?";
+}
+
+}  // namespace
+
 std::string printable(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
-      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '\\') {
+      out += fmt::format("\\x{:02x}", u);
     } else {
       out += c;
     }
@@ -32,16 +63,7 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-}  // namespace
-
-const char* to_string(BindMode mode) {
-  switch (mode) {
-    case BindMode::On: return "on";
-    case BindMode::Off: return "off";
-    case BindMode::Dry: break;
-  }
-  return "dry";
-}
+const char* to_string(BindMode mode) { return name_of(kBind, mode); }
 
 UserOptions parse_user_options(std::string_view text) {
   UserOptions o;
@@ -54,6 +76,7 @@ UserOptions parse_user_options(std::string_view text) {
     std::string_view key = item.substr(0, eq);
     std::optional<std::string_view> value;
     if (eq != std::string_view::npos) value = item.substr(eq + 1);
+    if (key.empty()) reject(fmt::format("'{}' has no option name before '='", printable(item)));
     if (!seen.insert(std::string(key)).second) reject(fmt::format("'{}' given twice", printable(key)));
     auto need_value = [&]() -> std::string_view {
       if (!value || value->empty()) reject(fmt::format("'{}' needs a value", printable(key)));
@@ -63,28 +86,25 @@ UserOptions parse_user_options(std::string_view text) {
       if (value) reject(fmt::format("'{}' takes no value (got '{}')", printable(key), printable(*value)));
     };
     if (key == "policy") {
-      std::string_view v = need_value();
-      if (v == "rail") o.policy = topo::Policy::Rail;
-      else if (v == "numa") o.policy = topo::Policy::Numa;
-      else if (v == "none") o.policy = topo::Policy::None;
-      else reject(fmt::format("unknown policy '{}'", printable(v)));
+      o.policy = choose(kPolicies, "policy", need_value());
     } else if (key == "bind") {
-      std::string_view v = need_value();
-      if (v == "on") o.bind = BindMode::On;
-      else if (v == "off") o.bind = BindMode::Off;
-      else if (v == "dry") o.bind = BindMode::Dry;
-      else reject(fmt::format("unknown bind mode '{}'", printable(v)));
+      o.bind = choose(kBind, "bind mode", need_value());
     } else if (key == "gpus") {
-      std::string_view v = need_value();
-      if (v == "visible-own") o.gpus = GpuVisibility::Own;
-      else if (v == "visible-all") o.gpus = GpuVisibility::All;
-      else reject(fmt::format("unknown gpus mode '{}'", printable(v)));
+      o.gpus = choose(kGpus, "gpus mode", need_value());
+    } else if (key == "nics") {
+      o.nics = choose(kNics, "nics scope", need_value());
+    } else if (key == "mem") {
+      o.mem = choose(kMem, "mem policy", need_value());
+    } else if (key == "env") {
+      o.env = choose(kEnv, "env mode", need_value());
+    } else if (key == "launcher") {
+      o.launcher = value ? choose(kLauncher, "launcher mode", need_value()) : LauncherMode::On;
     } else if (key == "tasks-per-gpu") {
       std::string_view v = need_value();
       unsigned n = 0;
       auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
       if (ec != std::errc() || ptr != v.data() + v.size()) reject(fmt::format("tasks-per-gpu '{}' is not a number", printable(v)));
-      if (n < 1 || n > kMaxTasksPerGpu) reject(fmt::format("tasks-per-gpu={} is out of range", n));
+      if (n < 1 || n > kMaxTasksPerGpu) reject(fmt::format("tasks-per-gpu '{}' is out of range", printable(v)));
       o.tasks_per_gpu = n;
     } else if (key == "show") {
       no_value();
@@ -99,11 +119,30 @@ UserOptions parse_user_options(std::string_view text) {
   return o;
 }
 
+std::string to_text(const UserOptions& o) {
+  std::vector<std::string> items;
+  if (o.policy) items.push_back(fmt::format("policy={}", name_of(kPolicies, *o.policy)));
+  if (o.bind) items.push_back(fmt::format("bind={}", name_of(kBind, *o.bind)));
+  if (o.gpus) items.push_back(fmt::format("gpus={}", name_of(kGpus, *o.gpus)));
+  if (o.nics) items.push_back(fmt::format("nics={}", name_of(kNics, *o.nics)));
+  if (o.mem) items.push_back(fmt::format("mem={}", name_of(kMem, *o.mem)));
+  if (o.env) items.push_back(fmt::format("env={}", name_of(kEnv, *o.env)));
+  if (o.launcher) items.push_back(fmt::format("launcher={}", name_of(kLauncher, *o.launcher)));
+  if (o.tasks_per_gpu) items.push_back(fmt::format("tasks-per-gpu={}", *o.tasks_per_gpu));
+  if (o.show) items.emplace_back("show");
+  if (o.help) items.emplace_back("help");
+  return fmt::format("{}", fmt::join(items, ","));
+}
+
 UserOptions merge(const UserOptions& base, const UserOptions& over) {
   UserOptions m = base;
   if (over.policy) m.policy = over.policy;
   if (over.bind) m.bind = over.bind;
   if (over.gpus) m.gpus = over.gpus;
+  if (over.nics) m.nics = over.nics;
+  if (over.mem) m.mem = over.mem;
+  if (over.env) m.env = over.env;
+  if (over.launcher) m.launcher = over.launcher;
   if (over.tasks_per_gpu) m.tasks_per_gpu = over.tasks_per_gpu;
   m.show = base.show || over.show;
   m.help = base.help || over.help;
@@ -115,16 +154,23 @@ std::string user_help() {
          "OPTS is a comma list (defaults also from the TRAINRT_OPTS environment variable):\n"
          "  policy=rail|numa|none   rail (default): GPU + the NIC on its PCIe switch + its NUMA node's cores\n"
          "                          numa: GPU + its NUMA node's cores; none: GPUs only, no binding\n"
+         "                          (a step without GPUs falls back to numa unless policy=rail is given)\n"
          "  bind=on|off|dry         on (default): bind CPUs and memory; off: environment only;\n"
          "                          dry: compute and export, bind nothing\n"
-         "  gpus=visible-own|visible-all\n"
-         "                          visible-own (default): CUDA_VISIBLE_DEVICES is the task's GPU;\n"
-         "                          visible-all: every step GPU stays visible (NVLink), TRAINRT_CUDA_DEVICE\n"
-         "                          names the task's own\n"
+         "  gpus=visible-all|visible-own\n"
+         "                          visible-all (default): every task sees the step's GPUs on its node,\n"
+         "                          position LOCAL_RANK being its own (torch.cuda.set_device(LOCAL_RANK));\n"
+         "                          visible-own: only the task's GPU. TRAINRT_CUDA_DEVICE names the own one\n"
+         "  nics=node|own           NCCL_IB_HCA lists every rail port of the node (default) or the task's own\n"
+         "  mem=prefer|bind|off     memory on the cores' NUMA node: preferred (default), strict, untouched\n"
+         "  env=keep|override       variables you exported (OMP_NUM_THREADS, MASTER_PORT, NCCL_IB_HCA, ...)\n"
+         "                          are kept (default) or replaced; either way the choice is logged\n"
+         "  launcher[=auto|on|off]  a step that starts launchers (torchrun, mpirun daemons) is left unbound\n"
+         "                          with no per-rank variables; auto (default): one task holding several GPUs\n"
          "  tasks-per-gpu=N         N consecutive tasks share one GPU (default 1)\n"
-         "  show                    print each node's placement table at launch\n"
+         "  show                    print each node's placement table and decisions at launch\n"
          "  help                    print this text\n"
-         "Example: srun --train-runtime=show,policy=rail -n 8 --gpus-per-node=8 ./train\n"
+         "Example: srun --train-runtime=show -N 2 --ntasks-per-node=8 --gpus-per-node=8 ./train\n"
          "Environment set in each task: docs/environment.md\n";
 }
 
@@ -132,24 +178,32 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
   AdminConfig c;
   constexpr const char* valid =
       "valid: enable=default|always|never, policy=rail|numa|none, topology_xml=PATH, nic_include=NAME[,NAME...], "
-      "strict=0|1";
+      "strict=0|1, ifname=INTERFACE, rail_ids=0|1";
+  auto bad = [&](const std::string& key, const std::string& value) {
+    return Error(fmt::format("plugstack.conf: {}='{}'; {}", key, printable(value), valid));
+  };
+  auto flag = [&](const std::string& key, const std::string& value) {
+    if (value == "1") return true;
+    if (value == "0") return false;
+    throw bad(key, value);
+  };
   std::set<std::string> seen;
   for (const auto& arg : args) {
     std::size_t eq = arg.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
       throw Error(fmt::format("plugstack.conf: argument '{}' is not key=value; {}", printable(arg), valid));
     std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-    if (!seen.insert(key).second) throw Error(fmt::format("plugstack.conf: '{}' given twice; {}", key, valid));
+    if (!seen.insert(key).second) throw Error(fmt::format("plugstack.conf: '{}' given twice; {}", printable(key), valid));
     if (key == "enable") {
       if (value == "default") c.enable = Enable::Default;
       else if (value == "always") c.enable = Enable::Always;
       else if (value == "never") c.enable = Enable::Never;
-      else throw Error(fmt::format("plugstack.conf: enable='{}'; {}", printable(value), valid));
+      else throw bad(key, value);
     } else if (key == "policy") {
       try {
         c.policy = topo::parse_policy(value);
       } catch (const Error&) {
-        throw Error(fmt::format("plugstack.conf: policy='{}'; {}", printable(value), valid));
+        throw bad(key, value);
       }
     } else if (key == "topology_xml") {
       if (value.front() != '/') throw Error(fmt::format("plugstack.conf: topology_xml='{}' must be an absolute path", printable(value)));
@@ -158,9 +212,14 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
       for (auto part : split(value, ','))
         if (!part.empty()) c.nic_include.emplace_back(part);
     } else if (key == "strict") {
-      if (value == "1") c.strict = true;
-      else if (value == "0") c.strict = false;
-      else throw Error(fmt::format("plugstack.conf: strict='{}'; {}", printable(value), valid));
+      c.strict = flag(key, value);
+    } else if (key == "rail_ids") {
+      c.rail_ids = flag(key, value);
+    } else if (key == "ifname") {
+      // Linux interface names: at most 15 bytes, no '/' or whitespace.
+      if (value.size() > 15 || value.find_first_of("/ \t") != std::string::npos || value == "." || value == "..")
+        throw bad(key, value);
+      c.ifname = value;
     } else {
       throw Error(fmt::format("plugstack.conf: unknown key '{}'; {}", printable(key), valid));
     }

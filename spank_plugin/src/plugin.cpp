@@ -1,5 +1,5 @@
-// The SPANK callbacks: thin glue between Slurm and the pure logic in options/step_plan. No
-// exception leaves this file; every callback catches and reports through slurm_error. Nothing here
+// The SPANK callbacks: thin glue between Slurm and the pure logic in options, step_plan and
+// task_plan. Every callback runs through guarded(), so no exception leaves this file. Nothing here
 // can drain a node: slurm_spank_init always succeeds (Slurm 22.05 has no per-plugin failure mode),
 // and configuration errors fail only the steps that ask for the plugin.
 extern "C" {
@@ -12,13 +12,18 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "gpu_identity.hpp"
+#include "launch_net.hpp"
 #include "options.hpp"
 #include "step_plan.hpp"
+#include "task_plan.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/topology/load.hpp"
 
@@ -33,12 +38,12 @@ extern const unsigned int spank_plugin_version = 1;
 
 namespace {
 
-using trainrt::spank::AdminConfig;
-using trainrt::spank::Enable;
-using trainrt::spank::StepPlan;
-using trainrt::spank::UserOptions;
+using namespace trainrt::spank;
+namespace topo = trainrt::topo;
 
-constexpr int kMpolBind = 2;  // MPOL_BIND from <linux/mempolicy.h>, without a libnuma dependency
+// From <linux/mempolicy.h>, without a libnuma dependency.
+constexpr int kMpolPreferred = 1, kMpolBind = 2, kMpolPreferredMany = 5;
+constexpr unsigned kMaxCpus = 65536;  // the largest CPU set the plugin asks the kernel about
 
 struct State {
   AdminConfig admin;
@@ -56,31 +61,40 @@ State& state() {
   return s;
 }
 
-int option_callback(int, const char* optarg, int remote) noexcept {
+// Every callback's body runs here: an exception becomes one escaped line through slurm_error and
+// the callback's error code.
+template <class Body>
+int guarded(const char* where, int rc_on_error, Body&& body) noexcept {
   try {
+    return body();
+  } catch (const std::exception& e) {
+    slurm_error("train-runtime: %s", printable(e.what()).c_str());
+  } catch (...) {
+    slurm_error("train-runtime: internal error in %s", where);
+  }
+  return rc_on_error;
+}
+
+int option_callback(int, const char* optarg, int remote) noexcept {
+  return guarded("the option callback", -1, [&] {
     State& s = state();
     s.option_given = true;
     // An optional argument given without a value arrives twice in slurmstepd (NULL, then "").
     s.option_text = optarg ? optarg : "";
-    UserOptions o = trainrt::spank::parse_user_options(s.option_text);
+    UserOptions o = parse_user_options(s.option_text);
     if (o.help && !remote) {
-      std::fputs(trainrt::spank::user_help().c_str(), stdout);
+      std::fputs(user_help().c_str(), stdout);
       std::exit(0);
     }
     return 0;
-  } catch (const std::exception& e) {
-    slurm_error("%s", e.what());
-    return -1;
-  } catch (...) {
-    slurm_error("--train-runtime: internal error while parsing the option");
-    return -1;
-  }
+  });
 }
 
 struct spank_option train_runtime_option = {
     const_cast<char*>("train-runtime"), const_cast<char*>("[OPTS]"),
     const_cast<char*>("GPU-first, rail-aware placement and training environment. OPTS: policy=rail|numa|none, "
-                      "show, bind=on|off|dry, gpus=visible-own|visible-all, tasks-per-gpu=N, help"),
+                      "show, bind=on|off|dry, gpus=visible-all|visible-own, nics=node|own, mem=prefer|bind|off, "
+                      "env=keep|override, launcher, tasks-per-gpu=N, help"),
     2, 0, option_callback};
 
 std::string job_getenv(spank_t sp, const char* name) {
@@ -90,8 +104,7 @@ std::string job_getenv(spank_t sp, const char* name) {
 }
 
 UserOptions merged_options(const std::string& env_defaults) {
-  return trainrt::spank::merge(trainrt::spank::parse_user_options(env_defaults),
-                               trainrt::spank::parse_user_options(state().option_text));
+  return merge(parse_user_options(env_defaults), parse_user_options(state().option_text));
 }
 
 bool wants_plugin() {
@@ -107,18 +120,59 @@ uint32_t get_u32(spank_t sp, spank_item_t item) {
   return v;
 }
 
-trainrt::topo::CpuSet own_affinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) throw trainrt::Error("sched_getaffinity failed");
-  trainrt::topo::CpuSet out;
-  for (unsigned c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out.set(c);
-  return out;
+// A CPU set of any size the kernel uses (cpu_set_t stops at 1024 CPUs).
+struct CpuSetFree {
+  void operator()(cpu_set_t* p) const noexcept { CPU_FREE(p); }
+};
+struct KernelCpuSet {
+  unsigned ncpus;
+  std::size_t bytes;
+  std::unique_ptr<cpu_set_t, CpuSetFree> set;
+  explicit KernelCpuSet(unsigned n) : ncpus(n), bytes(CPU_ALLOC_SIZE(n)), set(CPU_ALLOC(n)) {
+    if (!set) throw std::bad_alloc();
+    CPU_ZERO_S(bytes, set.get());
+  }
+};
+
+topo::CpuSet own_affinity() {
+  for (unsigned n = 1024; n <= kMaxCpus; n *= 2) {
+    KernelCpuSet k(n);
+    if (sched_getaffinity(0, k.bytes, k.set.get()) == 0) {
+      topo::CpuSet out;
+      for (unsigned c = 0; c < n; ++c)
+        if (CPU_ISSET_S(c, k.bytes, k.set.get())) out.set(c);
+      return out;
+    }
+    if (errno != EINVAL) break;
+  }
+  throw trainrt::Error("sched_getaffinity failed");
 }
 
-trainrt::spank::StepFacts gather_facts(spank_t sp, bool live) {
-  trainrt::spank::StepFacts f;
+unsigned parse_count(const std::string& text) {
+  unsigned v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && p == text.data() + text.size() && v <= 1024 ? v : 0;
+}
+
+void choose_network(spank_t sp, StepFacts& f) {
+  std::string user_if = job_getenv(sp, "TRAINRT_IFNAME");
+  f.ifname = user_if.empty() ? state().admin.ifname : parse_admin_args({"ifname=" + user_if}).ifname;
+  MasterInput in;
+  in.first_host = first_host(f.step_nodelist.empty() ? f.hostname : f.step_nodelist);
+  in.this_is_first = f.node_id == 0;
+  in.nnodes = f.nnodes;
+  in.ifname = f.ifname;
+  if (f.nnodes > 1) in.resolved = resolve(in.first_host);
+  if (!f.ifname.empty()) in.ifname_networks = interface_networks(f.ifname);
+  try {
+    f.master_addr = choose_master_addr(in);
+  } catch (const trainrt::Error& e) {
+    f.master_error = e.what();
+  }
+}
+
+StepFacts gather_facts(spank_t sp, bool live) {
+  StepFacts f;
   f.job_id = get_u32(sp, S_JOB_ID);
   f.step_id = get_u32(sp, S_JOB_STEPID);
   f.node_id = get_u32(sp, S_JOB_NODEID);
@@ -142,35 +196,55 @@ trainrt::spank::StepFacts gather_facts(spank_t sp, bool live) {
   f.step_nodelist = job_getenv(sp, "SLURM_STEP_NODELIST");
   f.step_gpus = job_getenv(sp, "SLURM_STEP_GPUS");
   f.cuda_visible_devices = job_getenv(sp, "CUDA_VISIBLE_DEVICES");
-  if (live) f.stepd_affinity = own_affinity();
+  f.gpus_per_task = parse_count(job_getenv(sp, "SLURM_GPUS_PER_TASK"));
+  f.gpu_bind = job_getenv(sp, "SLURM_GPU_BIND");
+  if (live) {
+    f.stepd_affinity = own_affinity();
+    f.driver_gpus = read_driver_gpus();
+  }
+  f.ports = read_port_band();
+  f.user_asked = state().option_given;
+  choose_network(sp, f);
   return f;
 }
 
-void apply_binding(const trainrt::spank::TaskPlan& t) {
-  // Never widen: the task may only narrow what Slurm (cgroups, task/affinity) already allows it.
-  trainrt::topo::CpuSet current = own_affinity();
-  trainrt::topo::CpuSet target = t.cpus & current;
-  if (target.empty())
-    throw trainrt::Error(fmt::format("the placement's CPUs {} lie outside the CPUs Slurm gave this task ({}); run "
-                                     "with --cpu-bind=none or bind=off",
-                                     t.cpus.to_list(), current.to_list()));
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (unsigned c : target.members())
-    if (c < CPU_SETSIZE) CPU_SET(c, &set);
-  if (sched_setaffinity(0, sizeof set, &set) != 0)
-    throw trainrt::Error(fmt::format("sched_setaffinity({}) failed", target.to_list()));
-  if (!t.mems.empty()) {
-    unsigned long mask[16] = {};
-    for (unsigned m : t.mems)
-      if (m < 16 * 64) mask[m / 64] |= 1ul << (m % 64);
-    if (syscall(SYS_set_mempolicy, kMpolBind, mask, 16 * 64 + 1) != 0)
-      throw trainrt::Error(fmt::format("set_mempolicy(bind, NUMA {}) failed", fmt::join(t.mems, ",")));
+void apply_binding(const FinalTask& t) {
+  if (t.cpus) {
+    unsigned top = 0;
+    for (unsigned c : t.cpus->members()) top = std::max(top, c);
+    KernelCpuSet k(std::max(1024u, top + 1));
+    for (unsigned c : t.cpus->members()) CPU_SET_S(c, k.bytes, k.set.get());
+    if (sched_setaffinity(0, k.bytes, k.set.get()) != 0)
+      throw trainrt::Error(fmt::format("sched_setaffinity({}) failed", t.cpus->to_list()));
   }
+  if (t.mem == MemPolicy::Off || t.mems.empty()) return;
+  constexpr unsigned kMaxNode = 4096;
+  unsigned long mask[kMaxNode / 64] = {};
+  for (unsigned m : t.mems)
+    if (m < kMaxNode) mask[m / 64] |= 1ul << (m % 64);
+  // prefer: the first choice for every page, other nodes when it is full (no early OOM kill);
+  // several nodes need MPOL_PREFERRED_MANY (Linux 5.15+), else the first one is preferred.
+  long rc = -1;
+  if (t.mem == MemPolicy::Bind) {
+    rc = syscall(SYS_set_mempolicy, kMpolBind, mask, kMaxNode + 1);
+  } else if (t.mems.size() > 1) {
+    rc = syscall(SYS_set_mempolicy, kMpolPreferredMany, mask, kMaxNode + 1);
+  }
+  if (rc != 0 && t.mem == MemPolicy::Prefer) {
+    unsigned long first[kMaxNode / 64] = {};
+    first[t.mems.front() / 64] |= 1ul << (t.mems.front() % 64);
+    rc = syscall(SYS_set_mempolicy, kMpolPreferred, first, kMaxNode + 1);
+  }
+  if (rc != 0) throw trainrt::Error(fmt::format("set_mempolicy(NUMA {}) failed", fmt::join(t.mems, ",")));
 }
 
 bool is_special_step(uint32_t step_id) {
   return step_id == SLURM_BATCH_SCRIPT || step_id == SLURM_EXTERN_CONT || step_id == SLURM_INTERACTIVE_STEP;
+}
+
+void say(const std::string& text) {
+  std::fputs(text.c_str(), stderr);
+  std::fflush(stderr);
 }
 
 }  // namespace
@@ -178,54 +252,44 @@ bool is_special_step(uint32_t step_id) {
 extern "C" {
 
 int slurm_spank_init(spank_t sp, int ac, char** av) {
-  try {
+  return guarded("slurm_spank_init", 0, [&] {
     State& s = state();
-    std::vector<std::string> args(av, av + ac);
     try {
-      s.admin = trainrt::spank::parse_admin_args(args);
+      s.admin = parse_admin_args(std::vector<std::string>(av, av + ac));
     } catch (const trainrt::Error& e) {
       s.admin_error = e.what();
-      if (spank_context() == S_CTX_REMOTE || spank_context() == S_CTX_SLURMD) slurm_error("train-runtime: %s", e.what());
+      if (spank_context() == S_CTX_REMOTE || spank_context() == S_CTX_SLURMD)
+        slurm_error("train-runtime: %s", printable(e.what()).c_str());
     }
     if (spank_option_register(sp, &train_runtime_option) != ESPANK_SUCCESS)
       slurm_error("train-runtime: could not register --train-runtime");
-  } catch (...) {
-    slurm_error("train-runtime: internal error in slurm_spank_init");
-  }
-  return 0;
+    return 0;
+  });
 }
 
 int slurm_spank_init_post_opt(spank_t, int, char**) {
-  try {
+  return guarded("slurm_spank_init_post_opt", -1, [&] {
     State& s = state();
     spank_context_t ctx = spank_context();
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR) return 0;
     if (!s.option_given) return 0;
-    if (!s.admin_error.empty()) {
-      slurm_error("train-runtime is misconfigured on this cluster (%s); ask your admin", s.admin_error.c_str());
-      return -1;
-    }
-    if (s.admin.enable == Enable::Never) {
-      slurm_error("--train-runtime: disabled on this cluster (plugstack.conf enable=never)");
-      return -1;
-    }
+    if (!s.admin_error.empty())
+      throw trainrt::Error(fmt::format("misconfigured on this cluster ({}); ask your admin", s.admin_error));
+    if (s.admin.enable == Enable::Never)
+      throw trainrt::Error("--train-runtime is disabled on this cluster (plugstack.conf enable=never)");
     const char* env = std::getenv("TRAINRT_OPTS");
     try {
-      trainrt::spank::parse_user_options(env ? env : "");
+      parse_user_options(env ? env : "");
     } catch (const trainrt::Error& e) {
-      slurm_error("%s (from TRAINRT_OPTS)", e.what());
-      return -1;
+      throw trainrt::Error(fmt::format("{} (from TRAINRT_OPTS)", e.what()));
     }
     return 0;
-  } catch (...) {
-    slurm_error("train-runtime: internal error in slurm_spank_init_post_opt");
-    return -1;
-  }
+  });
 }
 
 int slurm_spank_user_init(spank_t sp, int, char**) {
-  State& s = state();
-  try {
+  return guarded("slurm_spank_user_init", 0, [&] {
+    State& s = state();
     if (spank_context() != S_CTX_REMOTE) return 0;
     if (!s.admin_error.empty() && s.option_given) {
       s.active = true;
@@ -234,57 +298,57 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
     }
     if (!wants_plugin() || is_special_step(get_u32(sp, S_JOB_STEPID))) return 0;
     s.active = true;
-    UserOptions user = merged_options(job_getenv(sp, "TRAINRT_OPTS"));
-    s.show = user.show;
-    const bool live = s.admin.topology_xml.empty();
-    trainrt::topo::Node node = live ? trainrt::topo::load_live() : trainrt::topo::load_file(s.admin.topology_xml);
-    s.plan = trainrt::spank::plan_step(node, live, gather_facts(sp, live), user, s.admin);
-  } catch (const std::exception& e) {
-    // user_init errors do not fail an srun step; keep them for task_init, which can.
-    s.plan_error = e.what();
-  } catch (...) {
-    s.plan_error = "internal error while planning the step";
-  }
-  return 0;
+    try {
+      UserOptions user = merged_options(job_getenv(sp, "TRAINRT_OPTS"));
+      s.show = user.show;
+      const bool live = s.admin.topology_xml.empty();
+      topo::Node node = live ? topo::load_live() : topo::load_file(s.admin.topology_xml);
+      s.plan = plan_step(node, live, gather_facts(sp, live), user, s.admin);
+      for (const auto& n : s.plan->notes) slurm_info("train-runtime: %s", printable(n).c_str());
+    } catch (const std::exception& e) {
+      // user_init errors do not fail an srun step; keep them for task_init, which can.
+      s.plan_error = e.what();
+    }
+    return 0;
+  });
 }
 
 int slurm_spank_task_init(spank_t sp, int, char**) {
-  State& s = state();
-  try {
+  return guarded("slurm_spank_task_init", -1, [&] {
+    State& s = state();
     if (spank_context() != S_CTX_REMOTE || !s.active) return 0;
     if (!s.plan_error.empty()) {
-      if (s.admin.strict) {
-        slurm_error("train-runtime: %s", s.plan_error.c_str());
-        return -1;
-      }
-      slurm_spank_log("train-runtime: warning: %s; the task runs unbound (strict=0)", s.plan_error.c_str());
+      if (s.admin.strict) throw trainrt::Error(s.plan_error);
+      slurm_spank_log("train-runtime: warning: %s; the task runs unbound (strict=0)", printable(s.plan_error).c_str());
       return 0;
     }
     int task_id = -1;
-    if (spank_get_item(sp, S_TASK_ID, &task_id) != ESPANK_SUCCESS || task_id < 0 ||
-        static_cast<std::size_t>(task_id) >= s.plan->tasks.size()) {
-      slurm_error("train-runtime: no placement for local task %d", task_id);
-      return -1;
+    if (spank_get_item(sp, S_TASK_ID, &task_id) != ESPANK_SUCCESS || task_id < 0)
+      throw trainrt::Error("Slurm gave no local task id");
+    TaskFacts facts;
+    facts.affinity = own_affinity();
+    for (const auto& name : task_env_names(*s.plan))
+      if (std::string v = job_getenv(sp, name.c_str()); !v.empty()) facts.env[name] = v;
+    FinalTask t = finalize_task(*s.plan, static_cast<unsigned>(task_id), facts);
+    if (task_id == 0) {
+      std::string text;
+      if (s.show) text += s.plan->table;
+      if (get_u32(sp, S_JOB_NODEID) == 0)
+        for (const auto& w : s.plan->warnings) text += fmt::format("train-runtime: note: {}\n", printable(w));
+      if (s.show)
+        for (const auto& n : s.plan->notes) text += fmt::format("train-runtime: {}\n", printable(n));
+      say(text);
     }
-    const trainrt::spank::TaskPlan& t = s.plan->tasks[static_cast<std::size_t>(task_id)];
-    if (s.show && task_id == 0) {
-      std::fputs(s.plan->table.c_str(), stderr);
-      std::fflush(stderr);
+    for (const auto& n : t.notes) {
+      slurm_info("train-runtime: %s", printable(n).c_str());
+      if (s.show) say(fmt::format("train-runtime: {}\n", printable(n)));
     }
     for (const auto& v : t.env)
-      if (spank_setenv(sp, v.name.c_str(), v.value.c_str(), 1) != ESPANK_SUCCESS) {
-        slurm_error("train-runtime: could not set %s", v.name.c_str());
-        return -1;
-      }
-    if (t.bind) apply_binding(t);
+      if (spank_setenv(sp, v.name.c_str(), v.value.c_str(), 1) != ESPANK_SUCCESS)
+        throw trainrt::Error(fmt::format("could not set {}", v.name));
+    apply_binding(t);
     return 0;
-  } catch (const std::exception& e) {
-    slurm_error("train-runtime: %s", e.what());
-    return -1;
-  } catch (...) {
-    slurm_error("train-runtime: internal error in task_init");
-    return -1;
-  }
+  });
 }
 
 }  // extern "C"

@@ -178,9 +178,9 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
   Placement p = place(node, tasks(4));
   std::vector<EnvVar> expected = {
       {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
-      {"CUDA_VISIBLE_DEVICES", "2"},
-      {"TRAINRT_CUDA_DEVICE", "0"},
-      {"NCCL_IB_HCA", "=mlx5_2:1"},
+      {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
+      {"TRAINRT_CUDA_DEVICE", "2"},
+      {"NCCL_IB_HCA", "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"},
       {"UCX_NET_DEVICES", "mlx5_2:1"},
       {"OMP_NUM_THREADS", "4"},
       {"TRAINRT_POLICY", "rail"},
@@ -194,8 +194,15 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
   };
   CHECK(render_env(node, p, p.tasks[2]) == expected);
 
+  EnvOptions own;
+  own.gpu_view = GpuView::Own;
+  own.hca_scope = HcaScope::Task;
+  auto env_own = render_env(node, p, p.tasks[2], own);
+  CHECK(std::find(env_own.begin(), env_own.end(), EnvVar{"CUDA_VISIBLE_DEVICES", "2"}) != env_own.end());
+  CHECK(std::find(env_own.begin(), env_own.end(), EnvVar{"TRAINRT_CUDA_DEVICE", "0"}) != env_own.end());
+  CHECK(std::find(env_own.begin(), env_own.end(), EnvVar{"NCCL_IB_HCA", "=mlx5_2:1"}) != env_own.end());
+
   EnvOptions all;
-  all.visible_all = true;
   all.cuda_ids = {"a", "b", "c", "d"};
   all.bound = false;
   all.step = StepIdentity{13, 32, 4, 3, 8, "node07", 20123, 77, 2};
@@ -212,6 +219,8 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
   CHECK(has(env_all, "LOCAL_WORLD_SIZE", "4"));
   CHECK(has(env_all, "MASTER_ADDR", "node07"));
   CHECK(has(env_all, "MASTER_PORT", "20123"));
+  CHECK(has(env_all, "GROUP_RANK", "3"));
+  CHECK(has(env_all, "GROUP_WORLD_SIZE", "8"));
   CHECK(has(env_all, "TRAINRT_NNODES", "8"));
 
   Placement none = place(node, tasks(1, Policy::None));

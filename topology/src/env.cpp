@@ -6,24 +6,82 @@
 
 namespace trainrt::topo {
 
-std::string nic_port_list(const Node& node, const TaskPlacement& task) {
+std::string nic_port_list(const Node& node, const std::vector<unsigned>& nics, const std::vector<int>* rail_of_nic) {
   std::vector<std::string> items;
-  for (unsigned n : task.nics) {
+  for (unsigned n : nics) {
     const Nic& nic = node.nics[n];
     if (nic.rdma_name.empty()) return {};
+    std::string rail = rail_of_nic ? fmt::format(":{}", (*rail_of_nic)[n]) : "";
     if (nic.ports.empty()) {
-      items.push_back(nic.rdma_name);
+      items.push_back(rail_of_nic ? fmt::format("{}:1{}", nic.rdma_name, rail) : nic.rdma_name);
     } else {
-      for (const auto& port : nic.ports) items.push_back(fmt::format("{}:{}", nic.rdma_name, port.number));
+      for (const auto& port : nic.ports) items.push_back(fmt::format("{}:{}{}", nic.rdma_name, port.number, rail));
     }
   }
   return fmt::format("{}", fmt::join(items, ","));
 }
 
+std::string nic_port_list(const Node& node, const TaskPlacement& task) { return nic_port_list(node, task.nics); }
+
+std::vector<unsigned> node_rail_nics(const Placement& placement) {
+  std::vector<unsigned> out;
+  for (std::size_t n = 0; n < placement.rails.rail_of_nic.size(); ++n)
+    if (placement.rails.rail_of_nic[n] >= 0) out.push_back(static_cast<unsigned>(n));
+  return out;
+}
+
+std::vector<unsigned> node_gpu_order(const Placement& placement) {
+  std::vector<unsigned> order;
+  auto add = [&](unsigned g) {
+    if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
+  };
+  for (const auto& t : placement.tasks)
+    for (unsigned g : t.gpus) add(g);
+  for (unsigned g : placement.allowed_gpus) add(g);
+  return order;
+}
+
+unsigned whole_cores(const Node& node, const CpuSet& cpus) {
+  unsigned n = 0;
+  for (const auto& core : node.cores) n += core.pus.intersects(cpus) ? 1 : 0;
+  return n;
+}
+
 namespace {
 
 std::string cuda_id(const EnvOptions& options, unsigned gpu) {
-  return gpu < options.cuda_ids.size() ? options.cuda_ids[gpu] : fmt::format("{}", gpu);
+  return gpu < options.cuda_ids.size() && !options.cuda_ids[gpu].empty() ? options.cuda_ids[gpu]
+                                                                         : fmt::format("{}", gpu);
+}
+
+bool any_efa(const Node& node, const std::vector<unsigned>& nics) {
+  return std::any_of(nics.begin(), nics.end(), [&](unsigned n) { return node.nics[n].link == LinkLayer::Efa; });
+}
+
+void gpu_vars(const Placement& placement, const TaskPlacement& task, const EnvOptions& options,
+              std::vector<EnvVar>& env) {
+  if (task.gpus.empty()) return;
+  // Our GPU indexes are PCI bus order; CUDA numbers devices that way only when told to.
+  env.push_back({"CUDA_DEVICE_ORDER", "PCI_BUS_ID"});
+  std::vector<unsigned> visible = options.gpu_view == GpuView::Node ? node_gpu_order(placement) : task.gpus;
+  std::size_t own = static_cast<std::size_t>(std::find(visible.begin(), visible.end(), task.gpus.front()) -
+                                             visible.begin());
+  std::vector<std::string> ids;
+  for (unsigned g : visible) ids.push_back(cuda_id(options, g));
+  env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(ids, ","))});
+  env.push_back({"TRAINRT_CUDA_DEVICE", fmt::format("{}", own)});
+}
+
+void nic_vars(const Node& node, const Placement& placement, const TaskPlacement& task, const EnvOptions& options,
+              std::vector<EnvVar>& env) {
+  if (task.nics.empty() || any_efa(node, task.nics)) return;  // EFA is reached through libfabric, not verbs
+  std::string own = nic_port_list(node, task.nics);
+  if (own.empty()) return;  // NICs without recorded device names (vendor NCCL files)
+  std::vector<unsigned> hca_nics = options.hca_scope == HcaScope::Node ? node_rail_nics(placement) : task.nics;
+  std::string hca = nic_port_list(node, hca_nics, options.rail_ids ? &placement.rails.rail_of_nic : nullptr);
+  // A leading '=' makes NCCL match names exactly, so mlx5_1 does not also select mlx5_10.
+  if (!hca.empty()) env.push_back({"NCCL_IB_HCA", "=" + hca});
+  env.push_back({"UCX_NET_DEVICES", own});
 }
 
 }  // namespace
@@ -38,31 +96,8 @@ std::vector<EnvVar> render_env(const Node& node, const Placement& placement, con
     nics.push_back(nic.rdma_name.empty() ? nic.busid : nic.rdma_name);
     rails.push_back(fmt::format("{}", placement.rails.rail_of_nic[n]));
   }
-
-  if (!task.gpus.empty()) {
-    // Our GPU indexes are PCI bus order; CUDA numbers devices that way only when told to.
-    env.push_back({"CUDA_DEVICE_ORDER", "PCI_BUS_ID"});
-    std::vector<std::string> visible;
-    std::size_t own = 0;
-    if (options.visible_all) {
-      for (unsigned g : placement.allowed_gpus) visible.push_back(cuda_id(options, g));
-      auto it = std::find(placement.allowed_gpus.begin(), placement.allowed_gpus.end(), task.gpus.front());
-      own = static_cast<std::size_t>(it - placement.allowed_gpus.begin());
-    } else {
-      for (unsigned g : task.gpus) visible.push_back(cuda_id(options, g));
-    }
-    env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(visible, ","))});
-    env.push_back({"TRAINRT_CUDA_DEVICE", fmt::format("{}", own)});
-  }
-  if (std::string ports = nic_port_list(node, task); !ports.empty()) {
-    bool efa = false;
-    for (unsigned n : task.nics) efa |= node.nics[n].link == LinkLayer::Efa;
-    if (!efa) {
-      // A leading '=' makes NCCL match names exactly, so mlx5_1 does not also select mlx5_10.
-      env.push_back({"NCCL_IB_HCA", "=" + ports});
-      env.push_back({"UCX_NET_DEVICES", ports});
-    }
-  }
+  gpu_vars(placement, task, options, env);
+  nic_vars(node, placement, task, options, env);
   env.push_back({"OMP_NUM_THREADS", fmt::format("{}", std::max(1u, task.cores))});
   env.push_back({"TRAINRT_POLICY", to_string(placement.policy)});
   env.push_back({"TRAINRT_LOCAL_RANK", fmt::format("{}", task.local_rank)});
@@ -73,12 +108,13 @@ std::vector<EnvVar> render_env(const Node& node, const Placement& placement, con
   env.push_back({"TRAINRT_MEMS", fmt::format("{}", fmt::join(task.mems, ","))});
   env.push_back({"TRAINRT_BIND", task.bind && options.bound ? "1" : "0"});
   if (const auto& s = options.step) {
-    // What torch.distributed's env:// rendezvous and most launchers read.
+    // What torch.distributed's env:// rendezvous, torchrun-style scripts and most launchers read.
     env.push_back({"RANK", fmt::format("{}", s->rank)});
     env.push_back({"LOCAL_RANK", fmt::format("{}", task.local_rank)});
     env.push_back({"WORLD_SIZE", fmt::format("{}", s->world_size)});
     env.push_back({"LOCAL_WORLD_SIZE", fmt::format("{}", s->local_world_size)});
     env.push_back({"GROUP_RANK", fmt::format("{}", s->node_id)});
+    env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", s->nnodes)});
     env.push_back({"MASTER_ADDR", s->master_addr});
     env.push_back({"MASTER_PORT", fmt::format("{}", s->master_port)});
     env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s->node_id)});

@@ -69,6 +69,18 @@ void check_request(const Node& node, const PlacementRequest& r, const CpuSet& al
 std::vector<std::vector<unsigned>> assign_gpus(const Node& node, const PlacementRequest& r,
                                                const std::vector<unsigned>& allowed) {
   std::vector<std::vector<unsigned>> out(r.tasks);
+  if (!r.task_gpus.empty()) {
+    if (r.task_gpus.size() != r.tasks)
+      throw Error(fmt::format("{} entries for {} tasks", r.task_gpus.size(), r.tasks), "task GPUs");
+    for (unsigned i = 0; i < r.tasks; ++i) {
+      if (r.task_gpus[i].empty()) throw Error(fmt::format("rank {} has no GPU", i), "task GPUs");
+      for (unsigned g : r.task_gpus[i])
+        if (std::find(allowed.begin(), allowed.end(), g) == allowed.end())
+          throw Error(fmt::format("rank {} has GPU {}, which is not among the allowed GPUs ({})", i, g, list_of(allowed)),
+                      "task GPUs");
+    }
+    return r.task_gpus;
+  }
   if (!r.gpu_map.empty()) {
     if (r.gpu_map.size() != r.tasks)
       throw Error(fmt::format("{} entries for {} tasks", r.gpu_map.size(), r.tasks), "gpu map");

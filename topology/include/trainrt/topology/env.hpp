@@ -1,7 +1,7 @@
 #pragma once
 // The one place that turns a task's placement into environment variables: the contract between
-// the SPANK plugin (which sets them) and the runtime, NCCL, UCX and OpenMP (which read them).
-// docs/environment.md documents every variable produced here.
+// the SPANK plugin (which sets them) and the runtime, NCCL, UCX, PyTorch and OpenMP (which read
+// them). docs/environment.md documents every variable produced here and the evidence for its rule.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,19 +30,48 @@ struct StepIdentity {
   std::uint32_t step_id = 0;
 };
 
+// Which GPUs CUDA_VISIBLE_DEVICES lists.
+//   Node: every GPU of the step on this node, the same list for every task, ordered so that
+//         position LOCAL_RANK is the task's own GPU (torchrun's `set_device(LOCAL_RANK)` idiom),
+//         and NCCL keeps NVLink/P2P and CUDA IPC between the ranks' GPUs.
+//   Own:  only the task's own GPU(s) (TRAINRT_CUDA_DEVICE=0).
+enum class GpuView { Node, Own };
+
+// Which NIC ports NCCL_IB_HCA lists.
+//   Node: every rail port of the node, the same list on every rank of the node (NCCL picks each
+//         GPU's nearest NIC itself and reaches others through PXN; lists that differ between the
+//         ranks of a node break its ring building: NVIDIA/nccl#1478).
+//   Task: only the task's own rail (on request).
+enum class HcaScope { Node, Task };
+
 struct EnvOptions {
-  // How CUDA_VISIBLE_DEVICES names each GPU, by Node GPU index (Slurm may number them its own
-  // way); empty: the PCI-order index itself.
+  // How CUDA_VISIBLE_DEVICES names each GPU, by Node GPU index (ordinals or UUIDs); empty: the
+  // PCI-order index itself.
   std::vector<std::string> cuda_ids;
-  bool visible_all = false;  // list every allowed GPU; TRAINRT_CUDA_DEVICE points at the task's own
-  bool bound = true;         // false when the launcher does not apply the binding (bind=off|dry)
+  GpuView gpu_view = GpuView::Node;
+  HcaScope hca_scope = HcaScope::Node;
+  bool rail_ids = false;  // NCCL_IB_HCA entries as hca:port:rail (NCCL >= 2.30.7; the admin enables it)
+  bool bound = true;      // false when the launcher does not apply the binding (bind=off|dry)
   std::optional<StepIdentity> step;
 };
 
 std::vector<EnvVar> render_env(const Node& node, const Placement& placement, const TaskPlacement& task,
                                const EnvOptions& options = {});
 
-// "mlx5_3:1,mlx5_4:1" for the task's NICs; empty when a NIC has no recorded RDMA name.
+// The node-wide GPU order of GpuView::Node: each task's GPUs in local-rank order, then the other
+// allowed GPUs in PCI order, each once.
+std::vector<unsigned> node_gpu_order(const Placement& placement);
+
+// "mlx5_3:1,mlx5_4:1" for the given NICs (Node::nics indexes), with ":rail" appended per port when
+// `rail_of_nic` is given; empty when a NIC has no recorded RDMA name.
+std::string nic_port_list(const Node& node, const std::vector<unsigned>& nics,
+                          const std::vector<int>* rail_of_nic = nullptr);
+// The task's own rail ports (what UCX_NET_DEVICES and HcaScope::Task use).
 std::string nic_port_list(const Node& node, const TaskPlacement& task);
+// Every rail NIC of the node, PCI order.
+std::vector<unsigned> node_rail_nics(const Placement& placement);
+
+// Whole cores of `node` that hold at least one PU of `cpus`.
+unsigned whole_cores(const Node& node, const CpuSet& cpus);
 
 }  // namespace trainrt::topo

@@ -27,6 +27,8 @@ struct PlacementRequest {
   std::optional<CpuSet> allowed_cpus;               // the step's CPUs; default every PU of the node
   std::optional<std::vector<unsigned>> allowed_gpus;  // GPU indexes (PCI order); default all
   std::vector<unsigned> gpu_map;     // explicit rank -> GPU index; overrides the derived order
+  std::vector<std::vector<unsigned>> task_gpus;  // explicit rank -> GPU indexes (several per rank);
+                                                 // overrides gpu_map and the derived order
   RailOptions rails;
 };
 
