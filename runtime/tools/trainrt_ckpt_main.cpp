@@ -1,7 +1,11 @@
 // trainrt-ckpt: look at a checkpoint directory without starting a job.
 //   trainrt-ckpt list DIR                  steps, newest first, and what each holds
 //   trainrt-ckpt verify DIR [--step N]     read every shard and compare every checksum
-// Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input.
+// Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input
+// (and any error at all: every exception ends in one line on stderr and exit 2).
+// Whatever came from a file is escaped before it is printed: in text, control bytes, invalid UTF-8
+// and Unicode controls become \xNN (a metadata value cannot print a line of its own); in JSON,
+// invalid UTF-8 becomes U+FFFD.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -18,6 +22,51 @@ namespace {
 using namespace trainrt::checkpoint;
 using json = nlohmann::json;
 constexpr int kDamaged = 1, kBadInput = 2;
+
+// Printable text for one value read from a file: valid UTF-8 printable characters pass; control
+// bytes (C0, DEL, C1), line and paragraph separators, bidirectional overrides, bytes that are not
+// UTF-8, and the backslash itself are written as \xNN (backslash: \\).
+std::string printable(std::string_view s) {
+  std::string out;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  auto escape = [&](const unsigned char* from, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) out += fmt::format("\\x{:02x}", from[i]);
+  };
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c == '\\') {
+      out += "\\\\";
+      ++p;
+      continue;
+    }
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) escape(p, 1);
+      else out += static_cast<char>(c);
+      ++p;
+      continue;
+    }
+    const std::size_t n = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    std::uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+    bool ok = n != 0 && static_cast<std::size_t>(end - p) >= n;
+    for (std::size_t i = 1; ok && i < n; ++i) {
+      ok = (p[i] & 0xC0) == 0x80;
+      cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    const std::uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+    if (!ok || cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {  // not UTF-8: one byte at a time
+      escape(p, 1);
+      ++p;
+      continue;
+    }
+    const bool control = (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 || cp == 0x200E || cp == 0x200F ||
+                         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF;
+    if (control) escape(p, n);
+    else out.append(reinterpret_cast<const char*>(p), n);
+    p += n;
+  }
+  return out;
+}
 
 std::string human_bytes(std::uint64_t b) {
   if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));
@@ -50,10 +99,10 @@ void print_table(const std::vector<StepReport>& reports, std::optional<std::uint
   fmt::print("{:>14}  {:<12} {:>5} {:>11}  {}\n", "step", "state", "ranks", "size", "metadata");
   for (const auto& r : reports) {
     std::string meta;
-    for (const auto& [k, v] : r.metadata) meta += fmt::format("{}{}={}", meta.empty() ? "" : " ", k, v);
+    for (const auto& [k, v] : r.metadata) meta += fmt::format("{}{}={}", meta.empty() ? "" : " ", printable(k), printable(v));
     fmt::print("{:>14}  {:<12} {:>5} {:>11}  {}{}\n", r.step, state_of(r), r.committed ? fmt::format("{}", r.world_size) : "-",
                human_bytes(r.bytes()), meta, latest && *latest == r.step ? "  <- latest" : "");
-    for (const auto& p : r.problems()) fmt::print("{:>14}  {}\n", "", p);
+    for (const auto& p : r.problems()) fmt::print("{:>14}  {}\n", "", printable(p));
   }
 }
 
@@ -83,24 +132,25 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "trainrt-ckpt: %s (see --help)\n", e.what());
+    fmt::print(stderr, "trainrt-ckpt: {} (see --help)\n", printable(e.what()));
     return kBadInput;
   }
   try {
     InspectOptions options;
     options.check_data = verify->parsed();
     options.step = step;
-    if (!as_json) options.progress = [](const std::string& m) { fmt::print(stderr, "trainrt-ckpt: {}\n", m); };
+    if (!as_json) options.progress = [](const std::string& m) { fmt::print(stderr, "trainrt-ckpt: {}\n", printable(m)); };
     const auto reports = inspect(dir, options);
     const auto latest = latest_step(dir);
     if (step && reports.empty()) {
-      std::fprintf(stderr, "trainrt-ckpt: %s has no step %llu\n", dir.c_str(), static_cast<unsigned long long>(*step));
+      fmt::print(stderr, "trainrt-ckpt: {} has no step {}\n", printable(dir), *step);
       return kBadInput;
     }
     if (as_json) {
       json all = json::array();
       for (const auto& r : reports) all.push_back(to_json(r, latest));
-      fmt::print("{}\n", json{{"directory", dir}, {"latest", latest ? json(*latest) : json()}, {"steps", all}}.dump(2));
+      const json doc{{"directory", dir}, {"latest", latest ? json(*latest) : json()}, {"steps", all}};
+      fmt::print("{}\n", doc.dump(2, ' ', false, json::error_handler_t::replace));
     } else {
       print_table(reports, latest);
     }
@@ -118,10 +168,15 @@ int main(int argc, char** argv) {
       }
       return r.intact() ? 0 : kDamaged;
     }
-    if (!as_json) fmt::print("DAMAGED: no committed step in {}\n", dir);
+    if (!as_json) fmt::print("DAMAGED: no committed step in {}\n", printable(dir));
     return kDamaged;
-  } catch (const trainrt::Error& e) {
-    std::fprintf(stderr, "trainrt-ckpt: %s\n", e.what());
+  } catch (const std::exception& e) {  // trainrt::Error, bad_alloc, a failed write to stdout, ...
+    std::fflush(stdout);
+    fmt::print(stderr, "trainrt-ckpt: {}\n", printable(e.what()));
+    return kBadInput;
+  } catch (...) {
+    std::fflush(stdout);
+    std::fputs("trainrt-ckpt: unexpected error\n", stderr);
     return kBadInput;
   }
 }

@@ -1,72 +1,86 @@
+// Shards: ShardWriter lays one out (header page, data region, appended entries), ShardReader opens
+// one against its manifest record and checks every field before anything is read from its data.
 #include "shard_format.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <memory>
-#include <nlohmann/json.hpp>
 
-#include "files.hpp"
+#include "json_fields.hpp"
 #include "trainrt/error.hpp"
 #include "xxh3.hpp"
 
 namespace trainrt::checkpoint::format {
 namespace {
 
-using json = nlohmann::json;
+using detail::Bad;
+using detail::json;
 
-std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
+std::string hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
 
 }  // namespace
 
-std::string step_dir_name(std::uint64_t step) { return fmt::format("step_{:012}", step); }
-std::string shard_name(unsigned rank) { return fmt::format("rank_{:05}.shard", rank); }
+// ------------------------------------------------------------------ writer
 
-std::vector<std::uint64_t> list_steps(const std::string& directory) {
-  std::vector<std::uint64_t> steps;
-  DIR* d = ::opendir(directory.c_str());
-  if (!d) return steps;
-  while (dirent* e = ::readdir(d)) {
-    unsigned long long s = 0;
-    char tail = 0;
-    if (std::sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1) steps.push_back(s);
-  }
-  ::closedir(d);
-  std::sort(steps.rbegin(), steps.rend());
-  return steps;
+ShardWriter::ShardWriter(std::uint64_t step, unsigned rank, unsigned world_size, const void* region, std::size_t region_bytes)
+    : step_(step), rank_(rank), world_size_(world_size), region_(region), region_bytes_(region_bytes), end_(region_bytes) {}
+
+void ShardWriter::add(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
+                      bool replicated, const void* data, std::size_t offset, std::size_t bytes) {
+  written_.push_back({name, blob ? "blob" : "buffer", to_string(dtype), shape, offset, bytes,
+                      hex(XXH3_64bits(data, bytes)), replicated});
 }
 
-const ShardRecord* Manifest::shard_of(unsigned rank) const {
-  for (const auto& s : shards)
-    if (s.rank == rank) return &s;
-  return nullptr;
+void ShardWriter::place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
+                        bool replicated, std::size_t offset, std::size_t bytes) {
+  if (offset > region_bytes_ || bytes > region_bytes_ - offset)
+    throw Error(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
+  add(name, blob, dtype, shape, replicated, static_cast<const std::byte*>(region_) + offset, offset, bytes);
 }
 
-std::string read_manifest(const std::string& step_dir, std::uint64_t step, Manifest& out) {
-  try {
-    auto m = read_file(step_dir + "/MANIFEST.json");
-    json j = json::parse(std::string(m.begin(), m.end()));
-    if (j.at("format").get<std::uint32_t>() != kVersion || j.at("step").get<std::uint64_t>() != step)
-      return "MANIFEST.json has the wrong format or step";
-    out.step = step;
-    out.world_size = j.value("world_size", 0u);
-    if (j.contains("metadata")) out.metadata = j.at("metadata").get<Metadata>();
-    for (const auto& s : j.at("shards"))
-      out.shards.push_back({s.at("rank").get<unsigned>(), s.at("file").get<std::string>(),
-                            s.at("bytes").get<std::uint64_t>(), s.value("header_xxh3", std::string())});
-  } catch (const Error& e) {
-    return fmt::format("no committed manifest ({})", e.bare_what());
-  } catch (const std::exception& e) {
-    return fmt::format("MANIFEST.json is corrupt ({})", e.what());
-  }
-  return {};
+void ShardWriter::append(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
+                         bool replicated, const void* data, std::size_t bytes) {
+  static const std::uint8_t zeros[64] = {};
+  const std::size_t offset = static_cast<std::size_t>(align_up(end_, 64));
+  if (offset > end_) tail_.push_back({zeros, offset - end_});
+  tail_.push_back({data, bytes});
+  end_ = offset + bytes;
+  add(name, blob, dtype, shape, replicated, data, offset, bytes);
 }
+
+const std::vector<Piece>& ShardWriter::finish() {
+  json list = json::array();
+  for (const auto& e : written_)
+    list.push_back({{"name", e.name},           {"kind", e.kind},   {"dtype", e.dtype},
+                    {"shape", e.shape},         {"offset", e.offset}, {"bytes", e.bytes},
+                    {"checksum", e.checksum},   {"replicated", e.replicated}});
+  json header = {{"format", kVersion}, {"step", step_}, {"rank", rank_}, {"world_size", world_size_}, {"entries", list}};
+  const std::string text = detail::dump_safe(header);
+  if (text.size() > kMaxHeaderBytes)
+    throw Error(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too many "
+                            "registered entries or too long names)",
+                            text.size(), kMaxHeaderBytes),
+                "checkpoint");
+  head_.assign(static_cast<std::size_t>(align_up(16 + text.size(), kDataAlign)), 0);
+  std::memcpy(head_.data(), kMagic, 8);
+  const std::uint32_t version = kVersion, len = static_cast<std::uint32_t>(text.size());
+  std::memcpy(head_.data() + 8, &version, 4);
+  std::memcpy(head_.data() + 12, &len, 4);
+  std::memcpy(head_.data() + 16, text.data(), text.size());
+  header_xxh3_ = hex(XXH3_64bits(text.data(), text.size()));
+  pieces_ = {{head_.data(), head_.size()}, {region_, region_bytes_}};
+  pieces_.insert(pieces_.end(), tail_.begin(), tail_.end());
+  file_bytes_ = head_.size() + end_;
+  return pieces_;
+}
+
+// ------------------------------------------------------------------ reader
 
 bool ShardReader::read_at(void* dst, std::size_t bytes, std::uint64_t offset) const {
   std::size_t got = 0;
@@ -79,51 +93,114 @@ bool ShardReader::read_at(void* dst, std::size_t bytes, std::uint64_t offset) co
   return true;
 }
 
-std::string ShardReader::open(const std::string& step_dir, const ShardRecord& record) {
+std::string ShardReader::open(const Dir& step_dir, const Manifest& manifest, const ShardRecord& record) {
   name_ = shard_name(record.rank);
   entries_.clear();
-  const std::string path = step_dir + "/" + name_;
-  fd_ = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd_) return fmt::format("{}: cannot open: {}", name_, std::strerror(errno));
+  by_name_.clear();
+  size_ = 0;
+  struct stat st {};
+  std::string why;
+  fd_ = step_dir.open_regular(name_, st, why);
+  if (!fd_) return why;
   ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead: disk reads overlap hashing
-  size_ = static_cast<std::uint64_t>(::lseek(fd_.get(), 0, SEEK_END));
+  size_ = static_cast<std::uint64_t>(st.st_size);
   if (size_ != record.bytes) return fmt::format("{} is {} bytes, the manifest says {}", name_, size_, record.bytes);
+  if (size_ > kMaxShardBytes) return fmt::format("{} is {} bytes, more than the {}-byte limit", name_, size_, kMaxShardBytes);
+  if (size_ > kSparseCheckAbove && static_cast<std::uint64_t>(st.st_blocks) * 512 < size_ / kSparseRatio)
+    return fmt::format("{} is sparse ({} of {} bytes allocated): not a shard trainrt wrote", name_,
+                       static_cast<std::uint64_t>(st.st_blocks) * 512, size_);
   char head[16];
-  if (!read_at(head, 16, 0) || std::memcmp(head, kMagic, 8) != 0) return fmt::format("{} has no shard header", name_);
-  std::uint32_t len = 0;
+  if (size_ < 16 || !read_at(head, 16, 0) || std::memcmp(head, kMagic, 8) != 0) return fmt::format("{} has no shard header", name_);
+  std::uint32_t version = 0, len = 0;
+  std::memcpy(&version, head + 8, 4);
   std::memcpy(&len, head + 12, 4);
-  if (16 + static_cast<std::uint64_t>(len) > size_) return fmt::format("{} header runs past the file", name_);
+  if (version != kVersion) return fmt::format("{} has format version {}, this reader knows {}", name_, version, kVersion);
+  if (len > kMaxHeaderBytes) return fmt::format("{} claims a {}-byte header, more than the {}-byte limit", name_, len, kMaxHeaderBytes);
+  const std::uint64_t data_start = align_up(16 + std::uint64_t{len}, kDataAlign);
+  if (data_start > size_) return fmt::format("{} header runs past the file", name_);
   std::string text(len, '\0');
   if (!read_at(text.data(), len, 16)) return fmt::format("{}: cannot read its header", name_);
   // The manifest pins the header (and so every entry's checksum and offset): a header altered
   // into other valid JSON is caught here, before any buffer is touched.
-  if (!record.header_xxh3.empty() && fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())) != record.header_xxh3)
+  if (!record.header_xxh3.empty() && hex(XXH3_64bits(text.data(), text.size())) != record.header_xxh3)
     return fmt::format("{} header does not match its checksum in the manifest", name_);
   try {
-    json header = json::parse(text);
-    const std::uint64_t data_start = align_up(16 + len, kDataAlign);
-    for (const auto& e : header.at("entries")) {
-      ShardEntry s{e.at("name").get<std::string>(), e.at("kind").get<std::string>(),
-                   e.at("dtype").get<std::string>(), e.at("shape").get<std::vector<std::int64_t>>(),
-                   data_start + e.at("offset").get<std::uint64_t>(), e.at("bytes").get<std::uint64_t>(),
-                   e.at("checksum").get<std::string>(), e.value("replicated", false)};
-      if (s.offset + s.bytes > size_) return fmt::format("entry '{}' runs past the end of {}", s.name, name_);
-      entries_.push_back(std::move(s));
-    }
+    why = parse_header(text, data_start, manifest, record);
+  } catch (const Bad& e) {
+    why = fmt::format("{} header is corrupt: {}", name_, e.what());
   } catch (const std::exception& e) {
-    return fmt::format("{} header is corrupt ({})", name_, e.what());
+    why = fmt::format("{} header is corrupt ({})", name_, e.what());
+  }
+  if (!why.empty()) {
+    entries_.clear();
+    by_name_.clear();
+  }
+  return why;
+}
+
+std::string ShardReader::parse_header(const std::string& text, std::uint64_t data_start, const Manifest& manifest,
+                                      const ShardRecord& record) {
+  const json h = detail::parse_bounded(text, kMaxJsonDepth);
+  if (detail::u64(h, "format", UINT32_MAX) != kVersion) throw Bad("has another format version");
+  // The header must describe this very slot of this very step: a shard copied from another rank,
+  // step or world would otherwise restore someone else's state.
+  if (detail::u64(h, "step", UINT64_MAX) != manifest.step) throw Bad(fmt::format("is for another step than {}", manifest.step));
+  if (detail::u64(h, "rank", UINT32_MAX) != record.rank) throw Bad(fmt::format("is for another rank than {}", record.rank));
+  if (detail::u64(h, "world_size", UINT32_MAX) != manifest.world_size)
+    throw Bad(fmt::format("is for another world size than {}", manifest.world_size));
+  const json& list = detail::field(h, "entries");
+  if (!list.is_array()) throw Bad("\"entries\" is not an array");
+  if (list.empty()) throw Bad("has no entries");
+  if (list.size() > kMaxEntries) throw Bad(fmt::format("has more than {} entries", kMaxEntries));
+  const std::uint64_t data_bytes = size_ - data_start;
+  entries_.reserve(list.size());
+  for (const auto& e : list) {
+    ShardEntry s;
+    s.name = detail::str(e, "name", kMaxNameBytes);
+    if (s.name.empty()) throw Bad("has an entry without a name");
+    s.kind = detail::str(e, "kind", 16);
+    if (s.kind != "buffer" && s.kind != "blob") throw Bad("has an entry of an unknown kind");
+    s.dtype = detail::str(e, "dtype", 16);
+    DType dtype;
+    try {
+      dtype = parse_dtype(s.dtype);
+    } catch (const Error&) {
+      throw Bad("has an entry of an unknown dtype");
+    }
+    const json& shape = detail::field(e, "shape");
+    if (!shape.is_array() || shape.size() > kMaxDims) throw Bad(fmt::format("has a shape that is not a list of at most {} sizes", kMaxDims));
+    for (const auto& d : shape) {
+      if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<std::uint64_t>() > INT64_MAX) || d.get<std::int64_t>() < 0)
+        throw Bad("has a shape with a size that is not a non-negative integer");
+      s.shape.push_back(d.get<std::int64_t>());
+    }
+    const std::uint64_t offset = detail::u64(e, "offset", data_bytes);
+    s.bytes = detail::u64(e, "bytes", UINT64_MAX);
+    if (s.bytes > data_bytes - offset)  // offset <= data_bytes: no overflow either way
+      return fmt::format("entry '{}' runs past the end of {}", s.name, name_);
+    s.offset = data_start + offset;
+    if (s.kind == "buffer" && s.bytes % size_of(dtype) != 0) throw Bad("has a buffer that is not a whole number of elements");
+    if (s.kind == "blob" && s.bytes > kMaxBlobBytes) throw Bad(fmt::format("has a blob larger than {} bytes", kMaxBlobBytes));
+    s.checksum = detail::str(e, "checksum", 16);
+    if (!detail::is_hex16(s.checksum)) throw Bad("has a malformed checksum");
+    if (e.contains("replicated")) {
+      if (!e.at("replicated").is_boolean()) throw Bad("has a \"replicated\" that is not true or false");
+      s.replicated = e.at("replicated").get<bool>();
+    }
+    if (!by_name_.emplace(s.name, entries_.size()).second) throw Bad("names one entry twice");
+    entries_.push_back(std::move(s));
   }
   return {};
 }
 
 const ShardEntry* ShardReader::find(const std::string& entry_name) const {
-  for (const auto& e : entries_)
-    if (e.name == entry_name) return &e;
-  return nullptr;
+  auto it = by_name_.find(entry_name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 std::string ShardReader::read_verified(const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece) const {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  if (!state) return "out of memory for a hash state";
   XXH3_64bits_reset(state.get());
   for (std::uint64_t done = 0; done < entry.bytes; done += kPiece) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kPiece, entry.bytes - done));
@@ -131,7 +208,7 @@ std::string ShardReader::read_verified(const ShardEntry& entry, std::uint8_t* ds
     if (!read_at(piece, n, entry.offset + done)) return fmt::format("{}: short read in entry '{}'", name_, entry.name);
     XXH3_64bits_update(state.get(), piece, n);
   }
-  if (fmt::format("{:016x}", XXH3_64bits_digest(state.get())) != entry.checksum)
+  if (hex(XXH3_64bits_digest(state.get())) != entry.checksum)
     return fmt::format("entry '{}' in {} fails its checksum", entry.name, name_);
   return {};
 }

@@ -1,11 +1,18 @@
 #pragma once
-// The on-disk format (docs/checkpoint.md, version 1) as the manager and trainrt-ckpt read it:
-// step directories, manifests, and shards opened, bounds-checked and hashed piece by piece.
+// The on-disk format (docs/checkpoint.md, version 1), written and read in one place: step
+// directory names, the manifest, the `latest` pointer, and shards (ShardWriter next to
+// ShardReader). Everything read is validated before it is used: sizes are capped, numbers are
+// range-checked, offsets are overflow-safe, and a shard's header must agree with the manifest.
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "../fd.hpp"
+#include "files.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
 namespace trainrt::checkpoint::format {
@@ -14,10 +21,43 @@ constexpr char kMagic[8] = {'T', 'R', 'T', 'S', 'H', 'R', 'D', '1'};
 constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kDataAlign = 4096;
 
+// Limits on what a file may claim (docs/checkpoint.md "Limits"): nothing read from a file
+// allocates or loops beyond them.
+constexpr std::size_t kMaxManifestBytes = std::size_t{16} << 20;
+constexpr std::size_t kMaxHeaderBytes = std::size_t{16} << 20;
+constexpr std::size_t kMaxLatestBytes = 64;
+constexpr std::size_t kMaxMetadataBytes = std::size_t{1} << 20;  // keys and values together
+constexpr unsigned kMaxWorldSize = 1u << 20;
+constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
+constexpr std::size_t kMaxNameBytes = 4096;
+constexpr std::size_t kMaxDims = 32;
+constexpr unsigned kMaxJsonDepth = 8;
+constexpr std::uint64_t kMaxShardBytes = std::uint64_t{4} << 40;  // 4 TiB per rank
+constexpr std::uint64_t kMaxBlobBytes = std::uint64_t{1} << 30;
+constexpr std::uint64_t kMaxStep = (std::uint64_t{1} << 63) - 1;  // restore() returns it as int64
+// A shard larger than this whose allocated blocks cover less than 1/kSparseRatio of its size is
+// refused as sparse: trainrt writes every byte, and reading terabytes of holes is how a crafted
+// file would make a check run for hours.
+constexpr std::uint64_t kSparseCheckAbove = std::uint64_t{1} << 30;
+constexpr std::uint64_t kSparseRatio = 16;
+
+inline constexpr const char* kManifestName = "MANIFEST.json";
+inline constexpr const char* kLatestName = "latest";
+
+// The one grammar of step directory names: "step_" and the step zero-padded to 12 digits (more
+// digits only when the step needs them). Anything else (step_5, step_0000000000005,
+// step_000000000005x, a step above kMaxStep) is not a step directory.
 std::string step_dir_name(std::uint64_t step);
+std::optional<std::uint64_t> parse_step_dir_name(std::string_view name);
 std::string shard_name(unsigned rank);
-// Step numbers of DIR's step_* directories, newest first (committed or not).
-std::vector<std::uint64_t> list_steps(const std::string& directory);
+// `latest` holds exactly step_dir_name(step) and a newline.
+std::string latest_text(std::uint64_t step);
+std::optional<std::uint64_t> parse_latest(std::string_view text);
+
+// Steps whose directory (a real directory, not a symlink) has a name in the grammar; newest first.
+std::vector<std::uint64_t> list_steps(const Dir& root);
+
+bool valid_utf8(std::string_view s);
 
 struct ShardRecord {  // one shard as the manifest commits it
   unsigned rank = 0;
@@ -30,12 +70,18 @@ struct Manifest {
   std::uint64_t step = 0;
   unsigned world_size = 0;
   Metadata metadata;
-  std::vector<ShardRecord> shards;
-  const ShardRecord* shard_of(unsigned rank) const;
+  std::vector<ShardRecord> shards;  // exactly one per rank, in rank order
+  const ShardRecord* shard_of(unsigned rank) const { return rank < shards.size() ? &shards[rank] : nullptr; }
 };
 
-// "" and `out` filled, or why the step has no usable manifest.
-std::string read_manifest(const std::string& step_dir, std::uint64_t step, Manifest& out);
+// "" and `out` filled, or why the step has no usable manifest. A usable manifest has the format,
+// the step of its directory, 1..kMaxWorldSize ranks and exactly one shard record per rank, each
+// naming shard_name(rank).
+std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out);
+std::string manifest_text(std::uint64_t step, unsigned world_size, const std::vector<ShardRecord>& shards,
+                          const Metadata& metadata);
+// "" or why `metadata` cannot be stored (not UTF-8, larger than kMaxMetadataBytes).
+std::string check_metadata(const Metadata& metadata);
 
 struct ShardEntry {
   std::string name;
@@ -44,15 +90,47 @@ struct ShardEntry {
   std::vector<std::int64_t> shape;
   std::uint64_t offset = 0;  // in the file
   std::uint64_t bytes = 0;
-  std::string checksum;      // XXH3-64, hex
+  std::string checksum;      // XXH3-64, 16 lowercase hex digits
   bool replicated = false;
+};
+
+// Builds one shard: the data region `region` (entries placed inside it at their own offsets),
+// then appended entries, each 64-byte aligned, then the header page in front of all of it.
+class ShardWriter {
+ public:
+  ShardWriter(std::uint64_t step, unsigned rank, unsigned world_size, const void* region, std::size_t region_bytes);
+  // An entry whose bytes already sit in the region at `offset`.
+  void place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
+             std::size_t offset, std::size_t bytes);
+  // An entry written after the region (and after earlier appended entries).
+  void append(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
+              const void* data, std::size_t bytes);
+  // The pieces of the file in order (valid while this writer and the data live).
+  const std::vector<Piece>& finish();
+  const std::string& header_xxh3() const { return header_xxh3_; }
+  std::uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  void add(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
+           const void* data, std::size_t offset, std::size_t bytes);
+  std::uint64_t step_;
+  unsigned rank_, world_size_;
+  const void* region_;
+  std::size_t region_bytes_, end_;
+  std::vector<ShardEntry> written_;
+  std::vector<Piece> tail_, pieces_;
+  std::vector<std::uint8_t> head_;
+  std::string header_xxh3_;
+  std::uint64_t file_bytes_ = 0;
 };
 
 class ShardReader {
  public:
-  // "" or the problem: cannot open, size not as committed, no magic, header out of bounds, header
-  // not matching the manifest's checksum, corrupt JSON, an entry running past the end.
-  std::string open(const std::string& step_dir, const ShardRecord& record);
+  // "" or the problem: cannot open / not a regular file, size not as committed, beyond the limits
+  // or sparse, no magic, header out of bounds or larger than kMaxHeaderBytes, header not matching
+  // the manifest's checksum, corrupt JSON, a step/rank/world size/format other than the
+  // manifest's, no entries, a duplicate name, an entry running past the end.
+  std::string open(const Dir& step_dir, const Manifest& manifest, const ShardRecord& record);
   const std::string& name() const { return name_; }
   std::uint64_t file_size() const { return size_; }
   const std::vector<ShardEntry>& entries() const { return entries_; }
@@ -64,11 +142,14 @@ class ShardReader {
   static constexpr std::size_t kPiece = std::size_t{1} << 20;
 
  private:
+  std::string parse_header(const std::string& text, std::uint64_t data_start, const Manifest& manifest,
+                           const ShardRecord& record);
   bool read_at(void* dst, std::size_t bytes, std::uint64_t offset) const;
   Fd fd_;
   std::string name_;
   std::uint64_t size_ = 0;
   std::vector<ShardEntry> entries_;
+  std::unordered_map<std::string, std::size_t> by_name_;
 };
 
 }  // namespace trainrt::checkpoint::format

@@ -29,14 +29,17 @@ struct ShardReport {
 
 struct StepReport {
   std::uint64_t step = 0;
-  bool committed = false;  // has a readable manifest
+  bool committed = false;  // has a MANIFEST.json (the commit point); it may still be unusable
   bool data_checked = false;
   unsigned world_size = 0;
   Metadata metadata;
-  std::string problem;  // why it is not committed, or a shard the manifest lacks
+  std::string problem;  // why it is not committed, or why its manifest is unusable
   std::vector<ShardReport> shards;
+  std::uint64_t unchecked_shards = 0;  // not opened once kMaxProblemShards had problems
   std::uint64_t bytes() const;
-  // Committed, every shard opens, and (when data was checked) every entry matched its checksum.
+  // Committed with a usable manifest, every shard opens and agrees with it (step, rank, world
+  // size, at least one entry), and (when data was checked) every entry matched its checksum:
+  // exactly what restore requires of a step before its job's own entries are looked at.
   bool intact() const;
   std::vector<std::string> problems() const;  // every problem, each naming its shard and entry
 };
@@ -47,7 +50,12 @@ struct InspectOptions {
   std::function<void(const std::string&)> progress;
 };
 
-// Steps newest first. Throws trainrt::Error when `directory` cannot be read.
+// A step stops being checked after this many shards with problems: it is not intact either way.
+constexpr std::size_t kMaxProblemShards = 16;
+
+// Steps newest first. Throws trainrt::Error when `directory` cannot be read (or is a symlink: it
+// is never followed). Reading another user's directory is allowed: nothing in it is followed,
+// blocked on, or believed beyond the format's limits.
 std::vector<StepReport> inspect(const std::string& directory, const InspectOptions& options = {});
 // The step the `latest` pointer names; nullopt when there is none or it is unreadable.
 std::optional<std::uint64_t> latest_step(const std::string& directory);

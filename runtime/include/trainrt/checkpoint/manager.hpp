@@ -20,8 +20,11 @@
 namespace trainrt::checkpoint {
 
 struct Options {
-  std::string directory;                 // created if missing (one level)
-  unsigned keep_last = 2;                // committed steps kept
+  // Created if missing (one level). Opened once, never through a symlink at its last component;
+  // saving needs it owned by this user and not writable by others (restore reads any readable
+  // one). docs/checkpoint.md "Hostile inputs and other users".
+  std::string directory;
+  unsigned keep_last = 2;                // committed steps kept (at least the newest one)
   std::size_t staging_cap_bytes = std::size_t{8} << 30;  // refuse to register more than this
   std::function<void(const std::string&)> log;           // progress and skipped-step reports
   // restore() reads host buffers in place and verifies as it reads: one copy, as fast as reading
@@ -37,6 +40,9 @@ struct SaveResult {
   double stall_seconds = 0;    // time save() blocked the caller (the copy into staging)
   double persist_seconds = 0;  // write + fsync + agreement + commit, in the background
   std::uint64_t shard_bytes = 0;
+  // The step was committed before this save (a stop signal right after a periodic save or a
+  // restore): nothing was written, the committed step and its metadata stay as they are.
+  bool already_committed = false;
 };
 
 // Free-form key/value pairs stored in a step's manifest (rank 0's are kept): loss, data epoch,
@@ -68,6 +74,9 @@ class Manager {
 
   // Returns once the state is staged; the future completes when the step is committed on every
   // rank, or throws trainrt::Error (then no commit happened and earlier checkpoints are intact).
+  // A step that is already committed is never rewritten (see SaveResult::already_committed).
+  // Throws at once for a step above 2^63-1, metadata that is not UTF-8 or over 1 MiB, or a blob
+  // over 1 GiB (what readers would refuse is never written).
   std::shared_future<SaveResult> save(std::uint64_t step, Metadata metadata = {});
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
@@ -87,15 +96,15 @@ class Manager {
   std::unique_ptr<Impl> impl_;
 };
 
-// Exit code of save_and_exit(): sbatch templates requeue on it (EX_TEMPFAIL).
-constexpr int kRequeueExitCode = 75;
+}  // namespace trainrt::checkpoint
 
-// SIGUSR1 and SIGTERM (Slurm's --signal, time limit, scancel) set a flag the loop polls.
-void install_stop_signals();
-bool should_stop();
-int stop_signal();  // the signal that arrived, 0 if none
-// Writes a final checkpoint of `step`, waits for its commit, and exits with kRequeueExitCode
-// (or 1 when the save failed).
-[[noreturn]] void save_and_exit(Manager& manager, std::uint64_t step);
+// The stop-signal helpers moved to trainrt/runtime/stop_signals.hpp; their old names stay here.
+#include "trainrt/runtime/stop_signals.hpp"
 
+namespace trainrt::checkpoint {
+using trainrt::install_stop_signals;
+using trainrt::kRequeueExitCode;
+using trainrt::save_and_exit;
+using trainrt::should_stop;
+using trainrt::stop_signal;
 }  // namespace trainrt::checkpoint

@@ -1,0 +1,122 @@
+#pragma once
+// Manager's state, shared by its units: manager.cpp (registration, save()), commit.cpp (writing a
+// shard, the commit protocol, retention) and restore.cpp (choosing and loading a step).
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "device_copy.hpp"
+#include "files.hpp"
+#include "shard_format.hpp"
+#include "trainrt/checkpoint/manager.hpp"
+
+namespace trainrt::checkpoint {
+
+using Clock = std::chrono::steady_clock;
+
+inline std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+struct Entry {
+  std::string name;
+  void* data = nullptr;                 // buffers; null for blobs
+  std::vector<std::uint8_t>* blob = nullptr;
+  std::size_t bytes = 0;                // buffers: fixed; blobs: at save time
+  DType dtype = DType::F32;
+  std::vector<std::int64_t> shape;
+  Sharding sharding = Sharding::PerRank;
+  std::size_t staging_offset = 0;       // host buffers only
+  void* pinned = nullptr;               // device buffers: their pinned host staging
+};
+
+// Staging starts and ends on kDirectAlign boundaries, so the shard writer hands it to O_DIRECT in
+// one piece.
+constexpr std::size_t kPage = kDirectAlign;
+template <class T>
+struct PageAligned {
+  using value_type = T;
+  PageAligned() = default;
+  template <class U>
+  PageAligned(const PageAligned<U>&) {}
+  T* allocate(std::size_t n) {
+    void* p = std::aligned_alloc(kPage, align_up(std::max<std::size_t>(n * sizeof(T), 1), kPage));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  friend bool operator==(const PageAligned&, const PageAligned&) { return true; }
+};
+
+// Bootstrap messages are JSON; serialising one never throws on bytes that are not UTF-8 (error
+// texts carry paths), or a rank would leave the others waiting in a collective.
+bootstrap::Blob to_blob(const nlohmann::json& j);
+nlohmann::json from_blob(const bootstrap::Blob& b);
+
+struct Manager::Impl {
+  bootstrap::Session& session;
+  Options opts;
+  Dir root;  // the checkpoint directory, opened once: every file is reached through it
+  std::vector<Entry> entries;
+  std::vector<std::byte, PageAligned<std::byte>> staging;  // host buffers, reused by every save; whole pages
+  std::size_t staging_end = 0;     // where the last host buffer ends in it
+  std::size_t staged_bytes = 0;    // host and pinned staging together, against the cap
+  std::vector<std::vector<std::uint8_t>> blob_staging;
+  std::thread writer;
+  std::shared_future<SaveResult> last;
+  Metadata restored_metadata;
+
+  Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
+  ~Impl() {
+    for (auto& e : entries) pinned_free(e.pinned);
+  }
+
+  std::byte* staged(const Entry& e) {
+    return e.pinned ? static_cast<std::byte*>(e.pinned) : staging.data() + e.staging_offset;
+  }
+  void log(const std::string& m) const {
+    if (opts.log) opts.log(m);
+  }
+  void join() {
+    if (writer.joinable()) writer.join();
+  }
+
+  // ---------------------------------------------------------------- commit.cpp
+  // The background half of save(): write, agree, commit, retire.
+  void persist(std::uint64_t step, double stall, Clock::time_point t0, const Metadata& metadata,
+               const std::shared_ptr<std::promise<SaveResult>>& promise);
+  // "" when this process may write into the checkpoint directory, else why not (docs/checkpoint.md
+  // "Other users"): it must be owned by the effective uid and not writable by others.
+  std::string write_refusal() const;
+  bool has_manifest(std::uint64_t step) const;
+  SaveResult write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3);
+  void commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards, const Metadata& metadata);
+  void discard(std::uint64_t step);
+  void retire_older_than(std::uint64_t step);
+  void remove_step(const std::string& name, const Dir& dir);
+
+  // ---------------------------------------------------------------- restore.cpp
+  // One step as this rank will read it: checked (manifest, sizes, header, entry table) before any
+  // registered memory is touched.
+  struct Candidate {
+    struct Part {
+      std::size_t entry;               // index into `entries`
+      const format::ShardEntry* file;  // where it is in the shard
+    };
+    format::ShardReader reader;
+    std::vector<Part> parts;
+    std::vector<std::vector<std::uint8_t>> blobs;  // read blobs, handed over once every rank verified
+    Metadata metadata;                             // the manifest's, for restored_metadata()
+  };
+  std::string check(std::uint64_t step, Candidate& c);
+  std::uint8_t* read_target(const Entry& e, Candidate& c, std::size_t bytes);
+  std::string load(Candidate& c);
+  void finish(Candidate& c);
+  std::string agree(const std::string& why);
+  bool loads_in_place() const;
+  std::int64_t restore();
+};
+
+}  // namespace trainrt::checkpoint
