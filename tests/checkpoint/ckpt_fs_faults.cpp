@@ -2,7 +2,8 @@
 // process sees the mounts, and they vanish with it):
 //   full disk      a 1 MiB tmpfs that holds one step but not two          -> ENOSPC
 //   read-only      the same tmpfs remounted read-only                     -> EROFS
-//   no permission  a child that dropped to uid/gid 65534 in root's directory -> EACCES
+//   other user     a child that dropped to uid/gid 65534, saving in root's directory -> refused
+//   no permission  the same child in its own directory made read-only (0555) -> EACCES
 // In every case the save reports the errno text, training goes on (the manager keeps working), and
 // the last committed step still restores bit for bit. Exit 77 (skipped) when not root or when no
 // mount namespace can be made; 1 with FAIL lines otherwise.
@@ -114,8 +115,13 @@ void permission_denied(const std::string& root_dir) {
     Run r(root_dir);
     std::string err = r.save(2);
     fmt::print("     save(2) as uid 65534: {}\n", err);
-    expect(contains(err, "Permission denied"), "no permission: save(2) reports EACCES");
-    expect(r.restores(1), "no permission: step 1 (readable) still restores");
+    expect(contains(err, "owned by uid 0"), "another user's directory: save(2) is refused, naming the owner");
+    expect(r.restores(1), "another user's directory: step 1 (readable) still restores");
+    {
+      // Its own directory, but read-only to it: the kernel's EACCES reaches the caller.
+      Run own(root_dir + "-nobody");
+      expect(own.save(1).find("Permission denied") != std::string::npos, "no permission: save(1) reports EACCES");
+    }
     try {
       checkpoint::Options o;
       o.directory = root_dir + "/sub";
@@ -157,6 +163,9 @@ int main() {
     full_disk_then_read_only(base + "/mnt");
     ::umount2((base + "/mnt").c_str(), MNT_DETACH);
     fs::create_directories(base + "/owned-by-root");
+    fs::create_directories(base + "/owned-by-root-nobody");
+    if (::chown((base + "/owned-by-root-nobody").c_str(), 65534, 65534) != 0 || ::chmod((base + "/owned-by-root-nobody").c_str(), 0555) != 0)
+      expect(false, "chown/chmod of the unprivileged child's directory");
     fs::permissions(base, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                               fs::perms::others_read | fs::perms::others_exec);
     permission_denied(base + "/owned-by-root");

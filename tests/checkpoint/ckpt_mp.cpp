@@ -2,6 +2,9 @@
 //   ckpt_mp cycle DIR N      restore (verify content), then save steps restored+1 .. restored+N
 //   ckpt_mp expect-fail DIR  save one step with an injected write failure on one rank: every
 //                            rank must get the error, and the previous step must still restore
+//   ckpt_mp resave DIR       restore, then save the restored step again with no metadata (what
+//                            save_and_exit does after a stop signal): it must be left as it is
+//   ckpt_mp save-and-exit DIR  restore, then save_and_exit() of the restored step (exit 75)
 // Buffer content is a pure function of (step, rank), so every restore can be verified.
 #include <fmt/format.h>
 
@@ -34,7 +37,7 @@ bool matches(const std::vector<float>& w, const std::vector<std::uint8_t>& blob,
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: ckpt_mp cycle DIR N | expect-fail DIR\n");
+    fmt::print(stderr, "usage: ckpt_mp cycle DIR N | expect-fail DIR | resave DIR | save-and-exit DIR\n");
     return 2;
   }
   std::string mode = argv[1], dir = argv[2];
@@ -62,7 +65,7 @@ int main(int argc, char** argv) {
       int n = argc > 3 ? std::atoi(argv[3]) : 1;
       for (int k = 0; k < n; ++k) {
         fill(w, blob, next + k, rank);
-        auto r = mgr.save(next + k).get();
+        auto r = mgr.save(next + k, {{"saved_by", "cycle"}, {"step", std::to_string(next + k)}}).get();
         fmt::print("rank {}: SAVED {} stall {:.4f} s persist {:.4f} s\n", rank, r.step, r.stall_seconds, r.persist_seconds);
       }
       return 0;
@@ -81,7 +84,18 @@ int main(int argc, char** argv) {
       fmt::print("rank {}: {} (restore gives {})\n", rank, ok ? "PREVIOUS-INTACT" : "PREVIOUS-LOST", again);
       return ok ? 0 : 1;
     }
-    fmt::print(stderr, "unknown mode '{}'\n", mode);
+    if (mode == "resave" && restored >= 0) {
+      fill(w, blob, 999, rank);  // different state: a rewrite would show in the files
+      auto r = mgr.save(static_cast<std::uint64_t>(restored)).get();
+      fmt::print("rank {}: {} {}\n", rank, r.already_committed ? "ALREADY-COMMITTED" : "REWROTE", r.step);
+      return r.already_committed ? 0 : 1;
+    }
+    if (mode == "save-and-exit" && restored >= 0) {
+      fill(w, blob, 999, rank);
+      std::fflush(stdout);
+      checkpoint::save_and_exit(mgr, static_cast<std::uint64_t>(restored));
+    }
+    fmt::print(stderr, "unknown mode '{}' (or nothing to restore)\n", mode);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

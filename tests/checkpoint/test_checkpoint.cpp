@@ -8,77 +8,20 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
+#include "fixture.hpp"
 
 using namespace trainrt;
 namespace fs = std::filesystem;
 
-namespace {
-
-struct Fixture {
-  std::string dir = (fs::temp_directory_path() / fmt::format("trainrt-ckpt-{}-{}", ::getpid(), counter++)).string();
-  std::unique_ptr<bootstrap::Session> session = bootstrap::Session::single_process();
-  std::vector<float> w = std::vector<float>(100000);
-  std::vector<double> d = std::vector<double>(7);
-  std::vector<std::uint8_t> blob;
-  std::vector<std::string> log;
-  std::unique_ptr<checkpoint::Manager> mgr;
-  static inline int counter = 0;
-
-  Fixture() {
-    fs::remove_all(dir);
-    open();
-  }
-  ~Fixture() {
-    mgr.reset();  // its writer may still be removing old steps
-    fs::remove_all(dir);
-  }
-
-  void open(checkpoint::Sharding sharding = checkpoint::Sharding::PerRank, bool verify_before_load = false) {
-    mgr.reset();
-    checkpoint::Options o;
-    o.directory = dir;
-    o.keep_last = 2;
-    o.verify_before_load = verify_before_load;
-    o.log = [this](const std::string& m) { log.push_back(m); };
-    mgr = std::make_unique<checkpoint::Manager>(*session, o);
-    mgr->register_buffer("w", w.data(), w.size() * 4, DType::F32, {100, 1000}, sharding);
-    mgr->register_buffer("d", d.data(), d.size() * 8, DType::F64, {7}, sharding);
-    mgr->register_blob("rng", &blob, sharding);
-  }
-  void set(std::uint64_t step) {
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(step * 1000 + i % 997);
-    for (std::size_t i = 0; i < d.size(); ++i) d[i] = step + i * 0.5;
-    blob.assign(step % 13 + 1, static_cast<std::uint8_t>(step));
-  }
-  bool holds(std::uint64_t step) {
-    auto w0 = w;
-    auto d0 = d;
-    auto b0 = blob;
-    set(step);
-    bool same = w0 == w && d0 == d && b0 == blob;
-    w = w0, d = d0, blob = b0;
-    return same;
-  }
-  void save(std::uint64_t step) {
-    set(step);
-    mgr->save(step).get();
-  }
-  std::string shard(std::uint64_t step) const { return dir + fmt::format("/step_{:012}/rank_00000.shard", step); }
-  std::string manifest(std::uint64_t step) const { return dir + fmt::format("/step_{:012}/MANIFEST.json", step); }
-  bool logged(const std::string& what) const {
-    for (const auto& l : log)
-      if (l.find(what) != std::string::npos) return true;
-    return false;
-  }
-};
-
-}  // namespace
+using namespace trainrt::testing;
 
 TEST_CASE("save and restore round trip, latest pointer, retention", "[checkpoint]") {
   Fixture f;
@@ -303,21 +246,18 @@ TEST_CASE("unusable directories are errors naming the path", "[checkpoint]") {
 
 TEST_CASE("world-size changes: sharded state refuses, replicated state restores", "[checkpoint]") {
   Fixture f;
-  f.save(1);
-  // Pretend step 1 was written by a 2-rank job (its shard 0 holds the replicated state).
-  std::ifstream in(f.manifest(1));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  in.close();
-  auto pos = text.find("\"world_size\": 1");
-  REQUIRE(pos != std::string::npos);
-  text.replace(pos, 15, "\"world_size\": 2");
-  std::ofstream(f.manifest(1)) << text;
-  CHECK(f.mgr->restore() == -1);
+  // Step 1 written by a real 2-rank world (one thread per rank), every entry replicated.
+  save_in_world(f.dir, 2, checkpoint::Sharding::Replicated, 1);
+  CHECK(f.mgr->restore() == -1);  // f registered its entries PerRank
   CHECK(f.logged("saved by 2 ranks, this job has 1"));
   f.open(checkpoint::Sharding::Replicated);
   f.set(99);
   CHECK(f.mgr->restore() == 1);
   CHECK(f.holds(1));
+  auto steps = checkpoint::inspect(f.dir);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].intact());
+  CHECK(steps[0].shards.size() == 2);
 }
 
 TEST_CASE("stop signals set the flag the loop polls", "[checkpoint]") {
