@@ -15,6 +15,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # host collectives across nodes
   libgloo-dev
+  # the launch-contract test: a PyTorch script (CPU) under srun --train-runtime, the torchrun way
+  python3-torch
   # the build (Ninja) and the Debian packages (CPack runs dpkg-shlibdeps from dpkg-dev)
   ninja-build dpkg-dev file
 )

@@ -9,6 +9,10 @@
 #
 # --build DIR: the build folder whose plugin and trainrt-topo the cluster uses (default
 #       $TRAINRT_BUILD_DIR, else <repo>/build); --plugin SO names another plugin file.
+# --task-plugin affinity: Slurm binds tasks itself (task/affinity, live mode only: with faked CPUs its
+#       masks are wrong), as sites do; the plugin then places within Slurm's binding.
+# --system-plugstack: use /etc/slurm/plugstack.conf (the installed package's plugstack.conf.d line)
+#       instead of the build's plugin.
 # --nodes N (N >= 2, live mode): N nodes on this machine, each slurmd in its own network namespace
 #       (trt-n1..N, 10.77.0.11+) behind a bridge in the controller's namespace (trt-ctl, 10.77.0.1);
 #       /etc/hosts gets their names (removed by stop). Clients must run via `cluster.sh run`.
@@ -108,9 +112,11 @@ xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node
 }
 
 cmd_start() {
-  local mode=xml topo="" plugin="" plugin_args="" nodes=1
+  local mode=xml topo="" plugin="" plugin_args="" nodes=1 task_plugin=none system_plugstack=0
   while (($#)); do
     case $1 in
+      --task-plugin) task_plugin=$2; shift 2 ;;
+      --system-plugstack) system_plugstack=1; shift ;;
       --build) build=$2; shift 2 ;;
       --mode) mode=$2; shift 2 ;;
       --xml) topo=$2; shift 2 ;;
@@ -123,8 +129,12 @@ cmd_start() {
   [[ $mode == live || $mode == xml ]] || die "unknown mode '$mode'; valid: live, xml"
   [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "--nodes '$nodes' is not a number from 1 to 99"
   [[ $nodes == 1 || $mode == live ]] || die "--nodes $nodes needs --mode live"
+  [[ $task_plugin == none || ($task_plugin == affinity && $mode == live) ]] ||
+    die "--task-plugin '$task_plugin': valid are none, and affinity with --mode live"
   plugin=${plugin:-$build/spank_plugin/train_runtime.so}
-  [[ -f $plugin ]] || die "plugin $plugin not found; build first (bash scripts/build.sh) or name the build with --build DIR"
+  [[ $system_plugstack == 1 || -f $plugin ]] ||
+    die "plugin $plugin not found; build first (bash scripts/build.sh) or name the build with --build DIR"
+  [[ $system_plugstack == 0 || -f /etc/slurm/plugstack.conf ]] || die "--system-plugstack: /etc/slurm/plugstack.conf is missing"
   install_packages
   cmd_stop
   rm -rf "$dir"
@@ -159,9 +169,14 @@ cmd_start() {
     local n; n=$(cat "$dir/gpu-count")
     for ((i = 0; i < n; i++)); do mknod "$dir/dev/fakegpu$i" c 1 3; done
   fi
-  # A private copy, replaced by rename: srun and slurmstepd reload the .so for every step.
-  cp "$plugin" "$dir/train_runtime.so.new" && mv "$dir/train_runtime.so.new" "$dir/train_runtime.so"
-  echo "required $dir/train_runtime.so $plugin_args" > "$dir/plugstack.conf"
+  if ((system_plugstack)); then
+    [[ -z $plugin_args && $mode == live ]] || die "--system-plugstack takes the installed arguments (live mode, no --plugin-args)"
+    echo "include /etc/slurm/plugstack.conf" > "$dir/plugstack.conf"
+  else
+    # A private copy, replaced by rename: srun and slurmstepd reload the .so for every step.
+    cp "$plugin" "$dir/train_runtime.so.new" && mv "$dir/train_runtime.so.new" "$dir/train_runtime.so"
+    echo "required $dir/train_runtime.so $plugin_args" > "$dir/plugstack.conf"
+  fi
 
   cat > "$conf" <<CONF
 ClusterName=trainrt
@@ -171,7 +186,7 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$dir/munge/munge.socket.2
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/$task_plugin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
@@ -232,5 +247,5 @@ case ${1:-} in
   stop) cmd_stop ;;
   env) echo "export SLURM_CONF=$conf" ;;
   run) shift; cmd_run "$@" ;;
-  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args ARGS] | stop | env | run CMD..." ;;
+  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args ARGS] [--task-plugin none|affinity] [--system-plugstack] | stop | env | run CMD..." ;;
 esac

@@ -333,8 +333,10 @@ int slurm_spank_task_init(spank_t sp, int, char**) {
     if (task_id == 0) {
       std::string text;
       if (s.show) text += s.plan->table;
-      if (get_u32(sp, S_JOB_NODEID) == 0)
+      if (get_u32(sp, S_JOB_NODEID) == 0) {
         for (const auto& w : s.plan->warnings) text += fmt::format("train-runtime: note: {}\n", printable(w));
+        for (const auto& w : t.warnings) text += fmt::format("train-runtime: note: {}\n", printable(w));
+      }
       if (s.show)
         for (const auto& n : s.plan->notes) text += fmt::format("train-runtime: {}\n", printable(n));
       say(text);

@@ -225,11 +225,6 @@ StepPlan plan_step(const topo::Node& node, bool topology_is_live, const StepFact
     req.task_gpus.resize(req.tasks);
     for (unsigned i = 0; i < req.tasks; ++i)
       for (unsigned g = 0; g < k; ++g) req.task_gpus[i].push_back(plan.step_gpus[(i * k + g) % plan.step_gpus.size()]);
-    plan.warnings.push_back(
-        "Slurm binds one GPU set per task here (--gpus-per-task): each task sees only its own GPU, so "
-        "torch.cuda.set_device(LOCAL_RANK) fails beyond local rank 0 and CUDA IPC/NVLink between the ranks is "
-        "lost; train-runtime places each task around Slurm's GPU. Request --gpus-per-node=N (or add "
-        "--gpu-bind=none) to give every task the node's GPUs");
   }
 
   plan.bind = plan.launcher ? BindMode::Off : user.bind.value_or(BindMode::On);

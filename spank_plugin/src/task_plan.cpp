@@ -68,6 +68,11 @@ std::vector<unsigned> numa_of(const topo::Node& node, const topo::CpuSet& cpus) 
   return out;
 }
 
+// Where Slurm bound the task to its own GPU(s) (--gpus-per-task implies per-task binding), Slurm's
+// choice is the task's GPU: the NIC, cores and memory follow it. When the task may still open the
+// step's other GPUs (devices not confined), it sees them all with its own at position LOCAL_RANK,
+// as with --gpus-per-node; when Slurm confines devices (it then renumbers CUDA_VISIBLE_DEVICES from
+// 0), its one GPU is all it can use.
 void follow_slurm_gpu(const StepPlan& plan, unsigned local_id, const TaskFacts& f, TaskPlan& t, FinalTask& out) {
   std::vector<unsigned> bound = slurm_task_gpus(plan, f);
   if (bound.empty() || t.gpus.empty()) return;
@@ -83,6 +88,25 @@ void follow_slurm_gpu(const StepPlan& plan, unsigned local_id, const TaskFacts& 
     out.notes.push_back(fmt::format("task {}: placed around GPU {} that Slurm bound it to", local_id,
                                     plan.node.gpus[bound.front()].busid));
   }
+  const std::string gres = value_of(f, "SLURM_STEP_GPUS"), cuda = value_of(f, "CUDA_VISIBLE_DEVICES");
+  const bool confined = plan.slurm_local_ids || (!gres.empty() && !cuda.empty() && gres != cuda);
+  if (!confined && plan.env_options.gpu_view == topo::GpuView::Node) {
+    std::vector<unsigned> order;
+    for (unsigned g : plan.step_gpus)
+      if (std::find(bound.begin(), bound.end(), g) == bound.end()) order.push_back(g);
+    const auto at = static_cast<std::ptrdiff_t>(std::min<std::size_t>(local_id, order.size()));
+    order.insert(order.begin() + at, bound.begin(), bound.end());
+    std::vector<std::string> ids;
+    for (unsigned g : order) ids.push_back(plan.env_options.cuda_ids[g]);
+    put(t.env, "CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(ids, ",")));
+    put(t.env, "TRAINRT_CUDA_DEVICE", fmt::format("{}", at));
+    return;
+  }
+  out.warnings.push_back(
+      "Slurm confines each task to its own GPU here (--gpus-per-task with ConstrainDevices): "
+      "torch.cuda.set_device(LOCAL_RANK) fails beyond local rank 0 and CUDA IPC/NVLink between the ranks is lost; "
+      "train-runtime places each task around Slurm's GPU (TRAINRT_CUDA_DEVICE=0). Request --gpus-per-node=N "
+      "instead to give every task the node's GPUs");
   // Slurm's choice stands: the same device(s), by UUID where the driver tells it, else by Slurm's name.
   std::vector<std::string> ids;
   for (unsigned g : bound) ids.push_back(plan.env_options.cuda_ids[g]);

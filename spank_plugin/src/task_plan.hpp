@@ -23,6 +23,7 @@ struct FinalTask {
   std::vector<unsigned> mems;              // NUMA nodes of the final CPUs
   MemPolicy mem = MemPolicy::Off;          // how to apply `mems`
   std::vector<std::string> notes;          // what was kept, narrowed or overridden, and why
+  std::vector<std::string> warnings;       // pitfalls the user should hear about once per step
 };
 
 // Variables that tune a program rather than say who it is: a value the task already has (exported

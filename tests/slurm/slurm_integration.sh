@@ -20,7 +20,7 @@ turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
 if [[ -f $ndv5 ]]; then
   bash "$cluster" start --mode xml --xml "$ndv5" >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 
-  out=$(srun -n 8 -c 12 --gpus-per-task=1 --train-runtime bash -c "$task_env" 2>&1)
+  out=$(srun -n 8 -c 12 --gpus-per-node=8 --train-runtime bash -c "$task_env" 2>&1)
   want=$("$topo" --nccl-xml "$ndv5" --tasks 8 --format json)
   if python3 - "$out" "$want" <<'PY'; then pass "8 tasks on the 8-GPU ndv5 node: each task's environment equals trainrt-topo's placement"; else fail "8 tasks env == trainrt-topo" "$out"; fi
 import json, sys
@@ -94,7 +94,7 @@ else fail "bad TRAINRT_OPTS" "$out"; fi
 out=$(TRAINRT_OPTS=policy=numa srun -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
 [[ $out == numa ]] && pass "TRAINRT_OPTS supplies defaults" || fail "TRAINRT_OPTS defaults" "$out"
 
-out=$(srun -n 1 --train-runtime bash -c 'echo RAN' 2>&1); rc=$?
+out=$(srun -n 1 --train-runtime=policy=rail bash -c 'echo RAN' 2>&1); rc=$?
 if [[ $rc -ne 0 ]] && grep -q "policy=rail needs GPUs" <<<"$out" && ! grep -q RAN <<<"$out"; then
   pass "a placement failure in user_init fails the step visibly"
 else fail "user_init failure (rc=$rc)" "$out"; fi
@@ -174,8 +174,9 @@ PY
 rdv trt-n1 R=1 LR=1 WS=4 LWS=2 N=0/2
 rdv trt-n2 R=2 LR=0 WS=4 LWS=2 N=1/2
 rdv trt-n2 R=3 LR=1 WS=4 LWS=2 N=1/2"
-  got=$(grep "^rdv trt" <<<"$out" | sed -E 's/ M=trt-n1:[0-9]+//' | sort)
-  if [[ $got == "$want" ]] && grep -q "rdv rank0 heard \[1, 2, 3\]" <<<"$out" && [[ $(grep -c "M=trt-n1:" <<<"$out") -eq 4 ]]; then
+  got=$(grep "^rdv trt" <<<"$out" | sed -E 's/ M=10\.77\.0\.11:[0-9]+//' | sort)
+  # MASTER_ADDR: the first node's address as every node resolves it (10.77.0.11), checked reachable.
+  if [[ $got == "$want" ]] && grep -q "rdv rank0 heard \[1, 2, 3\]" <<<"$out" && [[ $(grep -c "M=10.77.0.11:" <<<"$out") -eq 4 ]]; then
     pass "2 nodes: RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR consistent; every rank reached MASTER_ADDR:MASTER_PORT"
   else fail "2 nodes" "$out"; fi
   # bind=off: both "nodes" are this one VM's cores, so binding pins the two node leaders to the same

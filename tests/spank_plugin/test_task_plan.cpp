@@ -107,7 +107,7 @@ TEST_CASE("policy none shares the cores among the node's tasks", "[task]") {
   CHECK(env_of(t, "OMP_NUM_THREADS") == "4");
 }
 
-TEST_CASE("a GPU Slurm bound per task: placed around it, Slurm's device kept", "[task]") {
+TEST_CASE("a GPU Slurm bound per task: placed around it, own GPU at position LOCAL_RANK", "[task]") {
   StepFacts f = facts();
   StepPlan plan = plan_step(node(), true, f, {}, {});
   TaskFacts swapped = untouched();
@@ -117,12 +117,28 @@ TEST_CASE("a GPU Slurm bound per task: placed around it, Slurm's device kept", "
   CHECK(t.cpus->to_list() == "4-7");
   CHECK(env_of(t, "TRAINRT_GPU_BUSIDS") == "0000:85:00.0");
   CHECK(env_of(t, "UCX_NET_DEVICES") == "mlx5_1:1");
-  CHECK(env_of(t, "CUDA_VISIBLE_DEVICES") == "<unset>");  // Slurm's value stays
+  CHECK(env_of(t, "CUDA_VISIBLE_DEVICES") == "1,0");  // Slurm's GPU first: local rank 0's own
   CHECK(env_of(t, "TRAINRT_CUDA_DEVICE") == "0");
+  CHECK(t.warnings.empty());
   CHECK_THAT(t.notes.at(0), Catch::Contains("placed around GPU 0000:85:00.0"));
+  TaskFacts second = untouched();
+  second.env["SLURM_STEP_GPUS"] = second.env["CUDA_VISIBLE_DEVICES"] = "0";
+  FinalTask t1 = finalize_task(plan, 1, second);
+  CHECK(env_of(t1, "CUDA_VISIBLE_DEVICES") == "1,0");
+  CHECK(env_of(t1, "TRAINRT_CUDA_DEVICE") == "1");
+
+  // Confined devices (Slurm renumbers from 0): the one GPU stands, and the user hears why.
+  TaskFacts confined = untouched();
+  confined.env["SLURM_STEP_GPUS"] = "1";
+  confined.env["CUDA_VISIBLE_DEVICES"] = "0";
+  FinalTask c = finalize_task(plan, 0, confined);
+  CHECK(env_of(c, "CUDA_VISIBLE_DEVICES") == "<unset>");  // Slurm's value stays
+  CHECK(env_of(c, "TRAINRT_CUDA_DEVICE") == "0");
+  CHECK_THAT(c.warnings.at(0), Catch::Contains("--gpus-per-node"));
+  CHECK(finalize_task(plan, 0, untouched()).warnings.empty());
 
   f.driver_gpus = {{0, "0000:05:00.0", "GPU-aaaa"}, {1, "0000:85:00.0", "GPU-bbbb"}};
-  FinalTask byuuid = finalize_task(plan_step(node(), true, f, {}, {}), 0, swapped);
+  FinalTask byuuid = finalize_task(plan_step(node(), true, f, {}, {}), 0, confined);
   CHECK(env_of(byuuid, "CUDA_VISIBLE_DEVICES") == "GPU-bbbb");
 }
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The Debian packages CPack writes install with apt and serve a real `srun --train-runtime` step
+# through the installed plugin and its plugstack.conf.d line; removing them leaves nothing behind.
+# Usage: deb_packages.sh BUILD_DIR   (root: installs into /, then purges; exit 77 otherwise)
+set -uo pipefail
+build=$(cd "$1" && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: installing packages needs root"; exit 77; fi
+packages=(train-runtime-slurm train-runtime-tools libtrainrt-dev libtrainrt0)
+source "$repo/tests/slurm/harness.sh"
+cluster_harness debs 8017 8018
+trap 'bash "$cluster" stop >/dev/null 2>&1; dpkg --purge "${packages[@]}" >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+
+prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
+[[ $prefix == /usr ]] || { fail "packages need a build configured with CMAKE_INSTALL_PREFIX=/usr (this one: $prefix)"; exit 1; }
+(cd "$build" && cpack -G DEB -B "$work/pkgs" >"$work/cpack.log" 2>&1) || { fail "cpack" "$(tail -20 "$work/cpack.log")"; exit 1; }
+debs=("$work"/pkgs/*.deb)
+names=$(for d in "${debs[@]}"; do dpkg-deb -f "$d" Package; done | sort | tr '\n' ' ')
+[[ $names == "libtrainrt-dev libtrainrt0 train-runtime-slurm train-runtime-tools " ]] &&
+  pass "cpack wrote 4 packages: $names" || fail "package set" "$names"
+depends=$(dpkg-deb -f "$work"/pkgs/train-runtime-slurm*.deb Depends)
+read -r yy mm < <(sed -nE 's/.*SLURM_VERSION_NUMBER 0x([0-9a-f]{2})([0-9a-f]{2}).*/\1 \2/p' /usr/include/slurm/slurm_version.h)
+slurm_major=$(printf '%d.%02d' "$((16#$yy))" "$((16#$mm))")
+grep -q "slurm-wlm-basic-plugins (>= $slurm_major~)" <<<"$depends" && grep -q "slurm-wlm-basic-plugins (<< " <<<"$depends" &&
+  pass "the plugin package is pinned to Slurm $slurm_major: $depends" || fail "plugin Depends" "$depends"
+
+if apt-get install -y -qq --no-install-recommends "${debs[@]}" >"$work/apt.log" 2>&1; then
+  pass "apt-get installs the 4 packages"
+else fail "apt-get install" "$(tail -20 "$work/apt.log")"; exit 1; fi
+plugin=$(dpkg -L train-runtime-slurm | grep 'train_runtime.so$')
+conf=$(dpkg -L train-runtime-slurm | grep 'plugstack.conf.d/train-runtime.conf$')
+if [[ -f $plugin && -f $conf ]] && grep -q "^optional $plugin" "$conf" && dpkg-query -W -f='${Conffiles}' train-runtime-slurm | grep -q "$conf"; then
+  pass "installed: $plugin and its plugstack line $conf (a conffile)"
+else fail "installed files" "$plugin" "$conf"; fi
+trainrt-topo --policy none --tasks 1 --format env >/dev/null; topo_rc=$?
+trainrt-ckpt list "$work" >/dev/null 2>&1; ckpt_rc=$?   # 1: no committed step there, as expected
+if [[ $topo_rc -eq 0 && $ckpt_rc -le 1 ]]; then
+  pass "the installed tools run (trainrt-topo, trainrt-ckpt)"
+else fail "installed tools" "$(trainrt-topo --policy none --tasks 1 2>&1 | tail -3)"; fi
+
+bash "$cluster" start --mode live --system-plugstack >/dev/null 2>"$work/start.log" || { fail "cluster" "$(cat "$work/start.log")"; exit 1; }
+out=$(srun -n 2 --train-runtime=show bash -c 'echo "T$SLURM_PROCID $TRAINRT_POLICY $LOCAL_RANK"' 2>&1)
+if grep -q "^train-runtime: .*step" <<<"$out" && grep -q "^T0 numa 0" <<<"$out" && grep -q "^T1 numa 1" <<<"$out"; then
+  pass "srun --train-runtime runs through the installed plugin"
+else fail "srun through the installed plugin" "$out"; fi
+bash "$cluster" stop >/dev/null 2>&1
+
+dpkg --purge "${packages[@]}" >/dev/null 2>&1
+[[ ! -e $plugin && ! -e $conf ]] && pass "purging the packages removes the plugin and its plugstack line" || fail "purge" "$plugin $conf"
+echo "deb packages: $passed passed, $failed failed"
+exit $((failed > 0))
