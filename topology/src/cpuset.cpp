@@ -12,17 +12,19 @@
 namespace trainrt::topo {
 namespace {
 
-// A bound that keeps a typo such as "0-99999999" from allocating gigabytes.
-constexpr unsigned kMaxCpu = 1u << 20;
+constexpr unsigned kMaxCpu = CpuSet::kMaxCpus;
+
+// Error messages quote the input; a megabyte of it would not help anyone.
+std::string_view quoted(std::string_view text) { return text.size() > 80 ? text.substr(0, 80) : text; }
 
 unsigned parse_cpu_number(std::string_view token, std::string_view whole) {
   unsigned value = 0;
   auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   if (token.empty() || ec != std::errc() || ptr != token.data() + token.size())
-    throw Error(fmt::format("'{}' is not a CPU number", token), fmt::format("cpu list '{}'", whole));
+    throw Error(fmt::format("'{}' is not a CPU number", token), fmt::format("cpu list '{}'", quoted(whole)));
   if (value >= kMaxCpu)
     throw Error(fmt::format("CPU {} is beyond the largest supported index {}", value, kMaxCpu - 1),
-                fmt::format("cpu list '{}'", whole));
+                fmt::format("cpu list '{}'", quoted(whole)));
   return value;
 }
 
@@ -30,13 +32,19 @@ unsigned parse_cpu_number(std::string_view token, std::string_view whole) {
 
 CpuSet CpuSet::range(unsigned first, unsigned last) {
   CpuSet s;
-  for (unsigned c = first; c <= last; ++c) s.set(c);
+  if (last < first) return s;
+  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  s.set_range(first, last);
   return s;
 }
 
 CpuSet CpuSet::parse_list(std::string_view text) {
   CpuSet s;
   if (text.empty()) throw Error("empty CPU list", "cpu list");
+  if (text.size() > kMaxListText)
+    throw Error(fmt::format("{} bytes is longer than the {} a list of every supported CPU needs", text.size(),
+                            kMaxListText),
+                fmt::format("cpu list '{}...'", quoted(text)));
   for (std::string_view item : split(text, ',')) {
     std::size_t dash = item.find('-');
     if (dash == std::string_view::npos) {
@@ -45,15 +53,23 @@ CpuSet CpuSet::parse_list(std::string_view text) {
       unsigned lo = parse_cpu_number(item.substr(0, dash), text);
       unsigned hi = parse_cpu_number(item.substr(dash + 1), text);
       if (hi < lo)
-        throw Error(fmt::format("range '{}' runs backwards", item), fmt::format("cpu list '{}'", text));
-      for (unsigned c = lo; c <= hi; ++c) s.set(c);
+        throw Error(fmt::format("range '{}' runs backwards", item), fmt::format("cpu list '{}'", quoted(text)));
+      s.set_range(lo, hi);  // both below kMaxCpu: at most kMaxCpu / 64 word operations
     }
   }
   return s;
 }
 
 CpuSet CpuSet::parse_hex_mask(std::string_view text) {
+  // Bound the text before splitting it: a word is at most "0x" + 8 digits + ",".
+  if (text.size() > kMaxMaskWords * 11)
+    throw Error(fmt::format("{} bytes is longer than a mask of the {} supported CPUs", text.size(), kMaxCpu),
+                fmt::format("cpu mask '{}...'", quoted(text)));
   const std::vector<std::string_view> parts = split(text, ',');
+  if (parts.size() > kMaxMaskWords)
+    throw Error(fmt::format("{} words is more than the {} that hold the {} supported CPUs", parts.size(),
+                            kMaxMaskWords, kMaxCpu),
+                fmt::format("cpu mask '{}...'", quoted(text)));
   CpuSet s;
   unsigned word_index = 0;
   for (auto it = parts.rbegin(); it != parts.rend(); ++it, ++word_index) {
@@ -61,19 +77,32 @@ CpuSet CpuSet::parse_hex_mask(std::string_view text) {
     if (w.starts_with("0x") || w.starts_with("0X")) w.remove_prefix(2);
     if (w.empty()) continue;
     // hwloc writes an infinite set as 0xf...f,...; anything longer than a 32-bit word is malformed.
-    if (w.size() > 8) throw Error(fmt::format("word '{}' is wider than 32 bits", *it), fmt::format("cpu mask '{}'", text));
+    if (w.size() > 8) throw Error(fmt::format("word '{}' is wider than 32 bits", *it), fmt::format("cpu mask '{}'", quoted(text)));
     std::uint32_t value = 0;
     auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), value, 16);
     if (ec != std::errc() || ptr != w.data() + w.size())
-      throw Error(fmt::format("'{}' is not hexadecimal", *it), fmt::format("cpu mask '{}'", text));
+      throw Error(fmt::format("'{}' is not hexadecimal", *it), fmt::format("cpu mask '{}'", quoted(text)));
     for (unsigned b = 0; b < 32; ++b)
       if (value & (1u << b)) s.set(word_index * 32 + b);
   }
   return s;
 }
 
+void CpuSet::set_range(unsigned first, unsigned last) {
+  if (last < first) return;
+  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  const std::size_t lo_w = first / 64, hi_w = last / 64;
+  if (words_.size() <= hi_w) words_.resize(hi_w + 1, 0);
+  for (std::size_t w = lo_w; w <= hi_w; ++w) {
+    std::uint64_t mask = ~std::uint64_t{0};
+    if (w == lo_w) mask &= ~std::uint64_t{0} << (first % 64);
+    if (w == hi_w) mask &= ~std::uint64_t{0} >> (63 - last % 64);
+    words_[w] |= mask;
+  }
+}
+
 void CpuSet::set(unsigned cpu) {
-  if (cpu >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index", cpu));
+  if (cpu >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", cpu, kMaxCpu - 1));
   std::size_t w = cpu / 64;
   if (words_.size() <= w) words_.resize(w + 1, 0);
   words_[w] |= std::uint64_t{1} << (cpu % 64);
