@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <hwloc.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -80,8 +82,14 @@ void read_cpu_side(hwloc_topology_t topo, Node& node) {
 void read_pci_side(hwloc_topology_t topo, Node& node) {
   std::map<hwloc_obj_t, int> index_of;
   std::vector<hwloc_obj_t> objs;
-  for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_bridge(topo, o));) objs.push_back(o);
-  for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_pcidev(topo, o));) objs.push_back(o);
+  for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_bridge(topo, o));) {
+    check_room(objs.size(), kMaxPciNodes, "PCI devices and bridges", node.source);
+    objs.push_back(o);
+  }
+  for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_pcidev(topo, o));) {
+    check_room(objs.size(), kMaxPciNodes, "PCI devices and bridges", node.source);
+    objs.push_back(o);
+  }
   for (hwloc_obj_t o : objs) index_of[o] = static_cast<int>(index_of.size());
   node.pci.resize(objs.size());
 
@@ -114,6 +122,7 @@ void read_pci_side(hwloc_topology_t topo, Node& node) {
     const int idx = index_of[o];
     hwloc_obj_t cpu_side = hwloc_get_non_io_ancestor_obj(topo, o);
     if (is_gpu_pci(a.vendor_id, a.class_id)) {
+      check_room(node.gpus.size(), kMaxGpus, "GPUs", node.source);
       Gpu g;
       g.busid = busid_of(o);
       g.vendor = a.vendor_id;
@@ -132,6 +141,7 @@ void read_pci_side(hwloc_topology_t topo, Node& node) {
       }
       node.gpus.push_back(std::move(g));
     } else if (is_network_pci(a.class_id)) {
+      check_room(node.nics.size(), kMaxNics, "NICs", node.source);
       Nic n;
       n.busid = busid_of(o);
       n.vendor = a.vendor_id;
@@ -173,33 +183,137 @@ Node read_topology(hwloc_topology_t topo, std::string source) {
   return node;
 }
 
-HwlocTopology make_topology(const std::string& what) {
+// hwloc components that talk to other processes or initialise GPU drivers while discovering: gl
+// connects to every X11 display :0.0-:9.9 (a silent listener on a shared node's /tmp/.X11-unix
+// hangs discovery forever), opencl loads and initialises every ICD, the others initialise vendor
+// drivers. PCI devices and OS devices (OpenFabrics, network) come from sysfs through the linux and
+// pci components, which stay.
+constexpr const char* kBlacklisted[] = {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero"};
+// Live discovery must read this machine: no file or synthetic description instead.
+constexpr const char* kBlacklistedLive[] = {"xml", "synthetic"};
+
+void blacklist(hwloc_topology_t topo, const char* name) {
+  // -1/EINVAL means the component is not registered (not built or its plugin is absent), so it
+  // cannot run either. hwloc checks this blacklist before components HWLOC_COMPONENTS names too.
+  (void)hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, name);
+}
+
+HwlocTopology make_topology(const std::string& what, bool live) {
   HwlocTopology topo;
   if (!topo) throw Error("hwloc_topology_init failed", what);
   // Without KEEP_ALL hwloc drops PCI and OS devices, even when an XML file records them.
   hwloc_topology_set_io_types_filter(topo.get(), HWLOC_TYPE_FILTER_KEEP_ALL);
+  for (const char* name : kBlacklisted) blacklist(topo.get(), name);
+  if (live)
+    for (const char* name : kBlacklistedLive) blacklist(topo.get(), name);
   return topo;
+}
+
+// hwloc_topology_load() replaces live discovery with these when they are set (and HWLOC_COMPONENTS
+// is not), without asking the blacklist: refuse rather than silently read another source.
+void refuse_redirecting_environment() {
+  if (std::getenv("HWLOC_COMPONENTS")) return;  // hwloc then ignores the variables below
+  for (const char* var : {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_CPUID_PATH"}) {
+    const char* v = std::getenv(var);
+    if (v && *v)
+      throw Error(fmt::format("{} is set, so hwloc would read it instead of this machine; unset it, or pass "
+                              "the file as a topology file (trainrt-topo --xml, plugstack topology_xml=)",
+                              var),
+                  "live topology");
+  }
+}
+
+// Attributes hwloc parses into bitmaps (their width sizes hwloc's allocations and ours): the most
+// 32-bit words each may have, or 0 for other attributes.
+std::size_t bitmap_word_cap(const char* name) {
+  for (const char* b : {"cpuset", "complete_cpuset", "online_cpuset", "allowed_cpuset"})
+    if (std::strcmp(name, b) == 0) return CpuSet::kMaxMaskWords;
+  for (const char* b : {"nodeset", "complete_nodeset", "allowed_nodeset"})
+    if (std::strcmp(name, b) == 0) return kMaxNumaNodes / 32;
+  return 0;
+}
+
+// A decimal number no larger than `cap`, or -1 when the text is not one (leading '-' included:
+// hwloc's strtoul turns "-1" into the largest value).
+long long bounded_decimal(const char* text, unsigned long long cap) {
+  if (!*text) return -1;
+  unsigned long long v = 0;
+  for (const char* p = text; *p; ++p) {
+    if (*p < '0' || *p > '9') return -1;
+    v = v * 10 + static_cast<unsigned>(*p - '0');
+    if (v > cap) return -1;
+  }
+  return static_cast<long long>(v);
+}
+
+// Before hwloc sees the text: hwloc's import recurses per nesting level, allocates nbobjs^2
+// distance matrices and bitmaps as wide as a cpuset attribute, all sized by the file.
+void check_hwloc_document(const pugi::xml_document& doc, const std::string& path) {
+  if (!doc.child("topology")) throw Error("not an hwloc topology file (no <topology> root element)", path);
+  for_each_element(doc, [&](const pugi::xml_node& el, unsigned) {
+    const bool object = std::strcmp(el.name(), "object") == 0;
+    const char* type = el.attribute("type").value();
+    // PU and NUMA os indexes become bitmap bits in hwloc (v1 imports build nodesets from them).
+    const unsigned index_cap = !object                              ? 0
+                               : std::strcmp(type, "PU") == 0       ? CpuSet::kMaxCpus
+                               : std::strcmp(type, "NUMANode") == 0 ? kMaxNumaNodes
+                                                                    : 0;
+    for (auto a : el.attributes()) {
+      if (std::size_t cap = bitmap_word_cap(a.name())) {
+        const char* v = a.value();
+        const std::size_t words = 1 + static_cast<std::size_t>(std::count(v, v + std::strlen(v), ','));
+        if (words > cap)
+          throw Error(fmt::format("{} is {} words wide, more than the {} that hold {} indexes", a.name(), words, cap,
+                                  cap * 32),
+                      path);
+      } else if (std::strcmp(a.name(), "nbobjs") == 0) {
+        if (bounded_decimal(a.value(), kMaxDistanceObjects) < 0)
+          throw Error(fmt::format("<{}> nbobjs must be a number of at most {}", el.name(), kMaxDistanceObjects), path);
+      } else if (index_cap && std::strcmp(a.name(), "os_index") == 0) {
+        if (bounded_decimal(a.value(), index_cap - 1) < 0)
+          throw Error(fmt::format("{} os_index must be a number below {}", type, index_cap), path);
+      }
+    }
+  });
 }
 
 }  // namespace
 
 Node load_live() {
-  HwlocTopology topo = make_topology("live topology");
+  refuse_redirecting_environment();
+  HwlocTopology topo = make_topology("live topology", true);
   if (hwloc_topology_load(topo.get()) != 0)
     throw Error(fmt::format("hwloc could not discover this machine: {}", std::strerror(errno)), "live topology");
-  return read_topology(topo.get(), "live");
+  try {
+    return read_topology(topo.get(), "live");
+  } catch (const Error& e) {
+    throw Error(e.what(), "live topology");
+  }
 }
 
-Node load_hwloc_xml(const std::string& path) {
-  require_readable_file(path);
-  HwlocTopology topo = make_topology(path);
-  if (hwloc_topology_set_xml(topo.get(), path.c_str()) != 0)
+Node hwloc_from_text(const std::string& text, const pugi::xml_document& doc, const std::string& path) {
+  check_hwloc_document(doc, path);
+  HwlocTopology topo = make_topology(path, false);
+  // The bytes already checked, not the path again: the file cannot change in between.
+  if (hwloc_topology_set_xmlbuffer(topo.get(), text.data(), static_cast<int>(text.size())) != 0)
     throw Error(fmt::format("hwloc refused the XML file: {}", std::strerror(errno)), path);
   if (hwloc_topology_load(topo.get()) != 0)
     throw Error("not a valid hwloc XML topology (hwloc could not parse it)", path);
-  Node node = read_topology(topo.get(), "hwloc-xml:" + path);
+  Node node;
+  try {
+    node = read_topology(topo.get(), "hwloc-xml:" + path);
+  } catch (const Error& e) {
+    throw Error(e.what(), path);
+  }
   if (node.cores.empty()) throw Error("the hwloc XML describes no processors", path);
   return node;
+}
+
+Node load_hwloc_xml(const std::string& path) {
+  std::string text = read_topology_file(path);
+  pugi::xml_document doc;
+  parse_topology_xml(text, path, doc);
+  return hwloc_from_text(text, doc, path);
 }
 
 }  // namespace trainrt::topo

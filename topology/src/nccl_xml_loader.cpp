@@ -3,8 +3,11 @@
 // do not say stays empty in the Node rather than being guessed.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <pugixml.hpp>
+#include <utility>
+#include <vector>
 
 #include "file_checks.hpp"
 #include "node_builder.hpp"
@@ -31,24 +34,42 @@ struct Walker {
   unsigned numa;
   CpuSet cpus;
 
-  void add_pci(const pugi::xml_node& el, int parent) {
+  // Adds `top` and every <pci> below it, parents before children, with an explicit stack: the
+  // nesting comes from the file (parse_topology_xml caps it at kMaxXmlDepth as well).
+  void add_pci_tree(const pugi::xml_node& top, int host_idx) {
+    std::vector<std::pair<pugi::xml_node, int>> todo{{top, host_idx}};
+    while (!todo.empty()) {
+      auto [el, parent] = todo.back();
+      todo.pop_back();
+      const int idx = add_pci(el, parent);
+      // Pushed in reverse so that siblings keep their file order.
+      std::vector<pugi::xml_node> children;
+      for (auto child : el.children("pci")) children.push_back(child);
+      for (auto it = children.rbegin(); it != children.rend(); ++it) todo.emplace_back(*it, idx);
+    }
+  }
+
+  int add_pci(const pugi::xml_node& el, int parent) {
     PciNode p;
     p.parent = parent;
     p.busid = normalize_busid(el.attribute("busid").value());
     if (p.busid.empty())
-      throw Error(fmt::format("<pci> element with bad busid '{}'", el.attribute("busid").value()), path);
+      throw Error(fmt::format("<pci> element with bad busid '{}'", std::string(el.attribute("busid").value()).substr(0, 40)),
+                  path);
     p.vendor = static_cast<std::uint16_t>(hex_attr(el, "vendor"));
     p.device = static_cast<std::uint16_t>(hex_attr(el, "device"));
     p.class_id = class_of(el);
     bool has_pci_children = !el.child("pci").empty();
     p.kind = (has_pci_children || p.class_id == 0x0604) ? PciKind::Bridge : PciKind::Device;
     p.numa = {numa};
+    check_room(node.pci.size(), kMaxPciNodes, "PCI devices and bridges", path);
     const int idx = static_cast<int>(node.pci.size());
     node.pci.push_back(p);
 
     if (p.kind == PciKind::Device) {
       bool vendor_ok = p.vendor == 0 || p.vendor == 0xffff || is_gpu_pci(p.vendor, p.class_id);
       if ((p.class_id >> 8) == 0x03 && vendor_ok) {
+        check_room(node.gpus.size(), kMaxGpus, "GPUs", path);
         Gpu g;
         g.busid = p.busid;
         g.vendor = p.vendor;
@@ -61,10 +82,11 @@ struct Walker {
         add_nic(el, p, idx);
       }
     }
-    for (auto child : el.children("pci")) add_pci(child, idx);
+    return idx;
   }
 
   void add_nic(const pugi::xml_node& el, const PciNode& p, int idx) {
+    check_room(node.nics.size(), kMaxNics, "NICs", path);
     Nic n;
     n.busid = p.busid;
     n.vendor = p.vendor;
@@ -90,12 +112,7 @@ struct Walker {
 
 }  // namespace
 
-Node load_nccl_xml(const std::string& path) {
-  std::string text = read_whole_file(path);
-  pugi::xml_document doc;
-  pugi::xml_parse_result parsed = doc.load_buffer(text.data(), text.size());
-  if (!parsed)
-    throw Error(fmt::format("malformed XML at byte {}: {}", parsed.offset, parsed.description()), path);
+Node nccl_from_document(const pugi::xml_document& doc, const std::string& path) {
   pugi::xml_node system = doc.child("system");
   if (!system) throw Error("not an NCCL topology file (no <system> root element)", path);
 
@@ -105,8 +122,12 @@ Node load_nccl_xml(const std::string& path) {
   for (auto cpu : system.children("cpu")) {
     const char* numaid = cpu.attribute("numaid").value();
     char* end = nullptr;
+    errno = 0;
     long numa = std::strtol(numaid, &end, 10);
-    if (!*numaid || *end || numa < 0) throw Error(fmt::format("<cpu> with bad numaid '{}'", numaid), path);
+    if (!*numaid || *end || numa < 0 || errno == ERANGE)
+      throw Error(fmt::format("<cpu> with bad numaid '{}'", std::string(numaid).substr(0, 40)), path);
+    if (numa >= static_cast<long>(kMaxNumaNodes))
+      throw Error(fmt::format("<cpu> numaid {} is not below {}", numa, kMaxNumaNodes), path);
     if (node.numa_by_os(static_cast<unsigned>(numa)))
       throw Error(fmt::format("two <cpu> elements claim numaid {}", numa), path);
     CpuSet cpus;
@@ -115,6 +136,13 @@ Node load_nccl_xml(const std::string& path) {
     } catch (const Error& e) {
       throw Error(fmt::format("<cpu numaid=\"{}\"> affinity: {}", numa, e.what()), path);
     }
+    // Each PU becomes a core of this NUMA node; one PU in two <cpu> elements would let a file
+    // multiply its cores (and the NUMA nodes hold disjoint CPUs on every real machine).
+    if (cpus.intersects(node.all_cpus))
+      throw Error(fmt::format("<cpu numaid=\"{}\"> affinity {} overlaps another <cpu>'s", numa,
+                              (cpus & node.all_cpus).to_list().substr(0, 40)),
+                  path);
+    node.all_cpus |= cpus;
     NumaNode n;
     n.os_index = static_cast<unsigned>(numa);
     n.cpus = cpus;
@@ -130,23 +158,30 @@ Node load_nccl_xml(const std::string& path) {
     host.kind = PciKind::HostBridge;
     host.numa = {n.os_index};
     const int host_idx = static_cast<int>(node.pci.size());
+    check_room(node.pci.size(), kMaxPciNodes, "PCI devices and bridges", path);
     node.pci.push_back(host);
     Walker w{node, path, n.os_index, cpus};
-    for (auto pci : cpu.children("pci")) w.add_pci(pci, host_idx);
+    for (auto pci : cpu.children("pci")) w.add_pci_tree(pci, host_idx);
   }
   if (node.numa_nodes.empty()) throw Error("the NCCL topology has no <cpu> elements", path);
   finalize_node(node);
   return node;
 }
 
-Node load_file(const std::string& path) {
-  std::string text = read_whole_file(path);
+Node load_nccl_xml(const std::string& path) {
+  std::string text = read_topology_file(path);
   pugi::xml_document doc;
-  pugi::xml_parse_result parsed = doc.load_buffer(text.data(), text.size());
-  if (!parsed)
-    throw Error(fmt::format("malformed XML at byte {}: {}", parsed.offset, parsed.description()), path);
-  if (doc.child("system")) return load_nccl_xml(path);
-  if (doc.child("topology")) return load_hwloc_xml(path);
+  parse_topology_xml(text, path, doc);
+  return nccl_from_document(doc, path);
+}
+
+Node load_file(const std::string& path) {
+  // One read and one parse: the type is decided on the same bytes the loader then reads.
+  std::string text = read_topology_file(path);
+  pugi::xml_document doc;
+  parse_topology_xml(text, path, doc);
+  if (doc.child("system")) return nccl_from_document(doc, path);
+  if (doc.child("topology")) return hwloc_from_text(text, doc, path);
   throw Error("neither an hwloc topology (<topology>) nor an NCCL topology (<system>)", path);
 }
 

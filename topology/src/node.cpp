@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "node_builder.hpp"
+#include "trainrt/error.hpp"
 #include "trainrt/topology/node.hpp"
 
 namespace trainrt::topo {
@@ -55,7 +56,13 @@ bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id) {
 
 bool is_network_pci(std::uint16_t class_id) { return (class_id >> 8) == 0x02; }
 
+void check_room(std::size_t have, std::size_t cap, const char* what, const std::string& context) {
+  if (have >= cap) throw Error(fmt::format("more than {} {}: beyond what a node model holds", cap, what), context);
+}
+
 void finalize_node(Node& node) {
+  if (node.gpus.size() > kMaxGpus) check_room(node.gpus.size(), kMaxGpus, "GPUs", node.source);
+  if (node.nics.size() > kMaxNics) check_room(node.nics.size(), kMaxNics, "NICs", node.source);
   std::sort(node.numa_nodes.begin(), node.numa_nodes.end(),
             [](const NumaNode& a, const NumaNode& b) { return a.os_index < b.os_index; });
   std::sort(node.packages.begin(), node.packages.end(),

@@ -1,11 +1,33 @@
 #pragma once
 // Helpers both loaders share to turn raw device lists into a consistent Node.
+#include <cstddef>
 #include <cstdint>
+#include <pugixml.hpp>
 #include <string>
 
 #include "trainrt/topology/node.hpp"
 
 namespace trainrt::topo {
+
+// Caps on what a node model holds (docs/hostile-inputs.md, "Topology"), checked while a loader
+// adds to it: the rail matrix is GPUs x NICs, each PCI node holds its NUMA list, and hwloc
+// allocates nbobjs^2 distance values (1024^2 x 8 B = 8 MiB).
+inline constexpr std::size_t kMaxGpus = 1024;
+inline constexpr std::size_t kMaxNics = 1024;
+inline constexpr std::size_t kMaxPciNodes = 16384;
+// NUMA os indexes (NCCL numaid, hwloc NUMANode os_index and nodeset bits) are below this: Linux
+// has at most 1024 NUMA nodes (CONFIG_NODES_SHIFT <= 10).
+inline constexpr unsigned kMaxNumaNodes = 1024;
+inline constexpr unsigned long long kMaxDistanceObjects = 1024;
+
+// Throws trainrt::Error naming `context` (the file) when `have` already reached `cap` of `what`;
+// loaders call it before each push.
+void check_room(std::size_t have, std::size_t cap, const char* what, const std::string& context);
+
+// The loaders' second halves, for load_file, which reads and parses a file once and dispatches on
+// its root element: `text` is the file's content and `doc` its checked parse (parse_topology_xml).
+Node hwloc_from_text(const std::string& text, const pugi::xml_document& doc, const std::string& path);
+Node nccl_from_document(const pugi::xml_document& doc, const std::string& path);
 
 std::string format_busid(unsigned domain, unsigned bus, unsigned dev, unsigned func);
 // Lower-cases and pads "0:3:0.0"-like text to dddd:bb:dd.f; returns "" when it is not a bus id.
@@ -15,6 +37,7 @@ bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id);
 bool is_network_pci(std::uint16_t class_id);
 
 // Sorts NUMA nodes, cores, GPUs and NICs into their documented orders and numbers GPUs and NICs.
+// Throws trainrt::Error naming node.source beyond kMaxGpus or kMaxNics.
 void finalize_node(Node& node);
 
 }  // namespace trainrt::topo
