@@ -116,7 +116,9 @@ std::string render_json(const Node& node, const Placement& p) {
               {"excluded_nics", p.rails.excluded},
               {"paths", paths},
               {"ranks", ranks}};
-  return doc.dump(2) + "\n";
+  // Strings from topology files may hold invalid UTF-8: replaced by U+FFFD rather than thrown on
+  // (control bytes are escaped as \u00XX by the dump itself).
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace trainrt::topo

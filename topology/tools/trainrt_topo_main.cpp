@@ -1,10 +1,14 @@
 // trainrt-topo: show a node's GPUs, NICs, rails and the placement of N local ranks.
-// Every bad input ends in one line on stderr naming it, and exit code 2.
+// Every bad input ends in one line on stderr naming it, and exit code 2: main catches every
+// exception, and the line escapes what came from a file (control bytes, invalid UTF-8).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <optional>
+#include <string_view>
 
 #include "trainrt/error.hpp"
 #include "trainrt/strings.hpp"
@@ -16,6 +20,47 @@ namespace {
 
 constexpr int kBadInput = 2;
 
+// Length of the valid UTF-8 sequence at s[i] encoding a printable (non-C1) code point, or 0.
+std::size_t printable_utf8(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned c = b(i);
+  std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  if (n == 2 && c == 0xc2 && b(i + 1) < 0xa0) return 0;           // C1 controls U+0080-U+009F
+  if (n == 3 && c == 0xe0 && b(i + 1) < 0xa0) return 0;           // overlong
+  if (n == 3 && c == 0xed && b(i + 1) >= 0xa0) return 0;          // surrogates
+  if (n == 4 && c == 0xf0 && b(i + 1) < 0x90) return 0;           // overlong
+  if (n == 4 && c == 0xf4 && b(i + 1) >= 0x90) return 0;          // beyond U+10FFFF
+  return n;
+}
+
+// One line of printable text: control bytes, invalid UTF-8 and C1 controls become \xNN, so a
+// message quoting a hostile file can neither break the one-line contract nor drive a terminal.
+std::string one_line(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += s[i++];
+    } else if (std::size_t n = c >= 0x80 ? printable_utf8(s, i) : 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+      ++i;
+    }
+  }
+  return out;
+}
+
+int fail(std::string_view message) {
+  std::string line = "trainrt-topo: " + one_line(message) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  return kBadInput;
+}
+
 // Non-empty comma-separated items.
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -24,9 +69,7 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace trainrt::topo;
   CLI::App app{
       "trainrt-topo: GPU-first, rail-aware placement of local ranks on one node.\n"
@@ -53,49 +96,65 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "trainrt-topo: %s (see --help)\n", e.what());
-    return kBadInput;
+    return fail(std::string(e.what()) + " (see --help)");
   }
 
+  if (format != "table" && format != "json" && format != "env")
+    throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env", format), "--format");
+  PlacementRequest req;
+  req.policy = parse_policy(policy);
+  Node node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
+  if (req.policy == Policy::Rail && node.gpus.empty())
+    throw trainrt::Error("no GPUs found, so policy rail has nothing to place (use --policy numa for CPU-only ranks)",
+                         node.source);
+  if (!cpus.empty()) req.allowed_cpus = CpuSet::parse_list(cpus);
+  if (!gpus.empty()) req.allowed_gpus = parse_gpu_list(node, gpus);
+  if (!gpu_map.empty()) {
+    for (const auto& item : split_commas(gpu_map)) {
+      auto one = parse_gpu_list(node, item);
+      req.gpu_map.push_back(one.front());
+    }
+  }
+  req.rails.nic_include = split_commas(nic_include);
+  // Counts from the command line are bounded like those from files: at most one rank per CPU.
+  for (auto [name, value] : {std::pair<const char*, unsigned>{"--tasks", tasks}, {"--tasks-per-gpu", tasks_per_gpu},
+                             {"--gpus-per-task", gpus_per_task}})
+    if (value > CpuSet::kMaxCpus)
+      throw trainrt::Error(fmt::format("{} is more than the {} supported", value, CpuSet::kMaxCpus), name);
+  req.tasks_per_gpu = tasks_per_gpu;
+  req.gpus_per_task = gpus_per_task;
+  if (tasks == 0) {
+    std::size_t allowed = req.allowed_gpus ? req.allowed_gpus->size() : node.gpus.size();
+    tasks = !req.gpu_map.empty() ? static_cast<unsigned>(req.gpu_map.size())
+            : allowed ? static_cast<unsigned>(allowed * tasks_per_gpu / std::max(1u, gpus_per_task))
+                      : 1;
+    tasks = std::max(tasks, 1u);
+  }
+  req.tasks = tasks;
+  Placement placement = place(node, req);
+  std::string out = format == "json"  ? render_json(node, placement)
+                    : format == "env" ? render_env_script(node, placement)
+                                      : render_table(node, placement);
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
+    throw trainrt::Error("cannot write the output", "stdout");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // hwloc prints "critical" complaints about inconsistent topologies on stderr; a hostile file
+  // could fill it. Our own error names the file instead. An explicit HWLOC_HIDE_ERRORS wins.
+  ::setenv("HWLOC_HIDE_ERRORS", "2", 0);
   try {
-    if (format != "table" && format != "json" && format != "env")
-      throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env", format), "--format");
-    PlacementRequest req;
-    req.policy = parse_policy(policy);
-    Node node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
-    if (req.policy == Policy::Rail && node.gpus.empty())
-      throw trainrt::Error("no GPUs found, so policy rail has nothing to place (use --policy numa for CPU-only ranks)",
-                           node.source);
-    if (!cpus.empty()) req.allowed_cpus = CpuSet::parse_list(cpus);
-    if (!gpus.empty()) req.allowed_gpus = parse_gpu_list(node, gpus);
-    if (!gpu_map.empty()) {
-      for (const auto& item : split_commas(gpu_map)) {
-        auto one = parse_gpu_list(node, item);
-        req.gpu_map.push_back(one.front());
-      }
-    }
-    req.rails.nic_include = split_commas(nic_include);
-    req.tasks_per_gpu = tasks_per_gpu;
-    req.gpus_per_task = gpus_per_task;
-    if (tasks == 0) {
-      std::size_t allowed = req.allowed_gpus ? req.allowed_gpus->size() : node.gpus.size();
-      tasks = !req.gpu_map.empty() ? static_cast<unsigned>(req.gpu_map.size())
-              : allowed ? static_cast<unsigned>(allowed * tasks_per_gpu / std::max(1u, gpus_per_task))
-                        : 1;
-      tasks = std::max(tasks, 1u);
-    }
-    req.tasks = tasks;
-    Placement placement = place(node, req);
-    std::string out = format == "json"  ? render_json(node, placement)
-                      : format == "env" ? render_env_script(node, placement)
-                                        : render_table(node, placement);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    return 0;
+    return run(argc, argv);
   } catch (const trainrt::Error& e) {
-    std::fprintf(stderr, "trainrt-topo: %s\n", e.what());
-    return kBadInput;
+    return fail(e.what());
+  } catch (const std::bad_alloc&) {
+    return fail("out of memory (the input asks for more than this machine has)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainrt-topo: internal error: %s\n", e.what());
-    return 1;
+    return fail(std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail("internal error: unknown exception");
   }
 }
