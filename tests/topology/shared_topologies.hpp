@@ -1,5 +1,6 @@
 #pragma once
 // Where ../shared/topologies is, or "" (and the caller skips, saying so) when it is absent.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 

@@ -63,7 +63,7 @@ TEST_CASE("malformed and foreign XML are rejected with the reason", "[loader]") 
       Catch::Contains("busid"));
 }
 
-TEST_CASE("a node without GPUs loads; it is the caller who decides whether that is an error", "[loader]") {
+TEST_CASE("a node without GPUs loads: it is the caller who decides whether that is an error", "[loader]") {
   trainrt::test::SynthNode n;
   n.packages = {{{{2, {}}}}};
   Node node = load_hwloc_xml(trainrt::test::write_hwloc_xml(n, "no-gpus"));
