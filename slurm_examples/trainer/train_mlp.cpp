@@ -1,301 +1,290 @@
 // train-mlp: a small but real data-parallel trainer on the train-runtime stack. An MLP learns a
 // fixed teacher function from deterministic synthetic data: every step's global batch is a pure
 // function of (seed, step), each rank takes its slice, gradients are averaged with the bucketed
-// allreduce, AdamW (the CPU twin of the fused kernel) updates the weights, and the state is
-// checkpointed every K steps. A killed run resumes from the last commit and ends bitwise where an
-// uninterrupted run ends.
+// allreduce, the fused AdamW updates the weights, and the state is checkpointed every K steps. A
+// killed run resumes from the last commit and ends bitwise where an uninterrupted run ends.
 //
 //   srun --mpi=pmix --train-runtime -n 4 train-mlp --steps 200 --ckpt-dir DIR --out DIR [...]
+//
+// The model and its two engines (cpu: host memory; cuda: device memory, cuBLAS, NCCL) are in
+// mlp.hpp; this file is the program a user copies: start the runtime, choose the engine, register
+// the state and restore it, then the loop (agree on stopping, inject faults, one training step,
+// checkpoint, metrics), then the final checkpoint and the summary.
 #include <fmt/format.h>
 #include <signal.h>
-#include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
-#include <cmath>
-#include <ctime>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <optional>
+#include <fstream>
 #include <thread>
-#include <vector>
 
 #include "goodput.hpp"
+#include "mlp.hpp"
+#include "options.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
-#include "trainrt/strings.hpp"
-#include "trainrt/kernels/cpu.hpp"
-#include "trainrt/runtime/bucketer.hpp"
+#include "trainrt/kernels/cuda.hpp"
 #include "trainrt/runtime/init.hpp"
 #include "trainrt/runtime/observability.hpp"
+#include "trainrt/runtime/stop_signals.hpp"
 
 using namespace trainrt;
-using Clock = std::chrono::steady_clock;
+using namespace train_mlp;
 
 namespace {
-
-constexpr std::size_t kIn = 32, kRowsPerRank = 64;
-std::size_t kHidden = 64;  // --hidden
 
 double epoch_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Uniform in [-1, 1) from a counter: the data and the initial weights.
-float uniform(std::uint64_t seed, std::uint64_t a, std::uint64_t b) {
-  std::uint64_t h = seed * 0x9E3779B97F4A7C15ull ^ (a + 1) * 0xBF58476D1CE4E5B9ull ^ (b + 7) * 0x94D049BB133111EBull;
-  h ^= h >> 31;
-  h *= 0xD6E8FEB86659FD93ull;
-  h ^= h >> 32;
-  return static_cast<float>(static_cast<double>(h >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+// --device: cpu never opens NCCL; cuda requires it (every rank a GPU of its own); auto lets init
+// decide the same way on every rank (it allgathers each rank's GPU) and falls back to the host.
+InitOptions init_options(const Options& o) {
+  InitOptions io;
+  if (o.device == "cpu" || (o.device == "auto" && !cuda_engine_built()))
+    io.nccl = DeviceComm::Off;
+  else
+    io.nccl = o.device == "cuda" ? DeviceComm::Required : DeviceComm::Auto;
+  io.comm.timeout = std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000));
+  return io;
 }
 
-struct Model {
-  std::vector<float> w1 = std::vector<float>(kIn * kHidden), b1 = std::vector<float>(kHidden),
-                     w2 = std::vector<float>(kHidden), b2 = std::vector<float>(1);
-  std::vector<std::vector<float>*> tensors() { return {&w1, &b1, &w2, &b2}; }
-};
+std::unique_ptr<Engine> make_engine(Runtime& rt, const Options& o, const Shapes& shapes) {
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && rt.device && cuda_engine_built());
+  return cuda ? make_cuda_engine(rt, shapes, o.seed) : make_cpu_engine(rt, shapes, o.seed);
+}
 
-struct Fault {
-  std::string kind;  // "kill" or "stall"
-  unsigned rank = 0;
-  std::uint64_t step = 0;
-  double seconds = 0;
-};
-
-Fault parse_fault(const std::string& text) {
-  Fault f;
-  std::vector<std::string> parts;
-  for (auto part : split(text, ':')) parts.emplace_back(part);
-  try {
-    if (parts.size() == 3 && parts[0] == "kill") return {"kill", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), 0};
-    if (parts.size() == 4 && parts[0] == "stall")
-      return {"stall", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), std::stod(parts[3])};
-  } catch (const std::exception&) {
+// --check-device: the kernels' own test of a usable GPU (no device or no driver: 77; anything else
+// that fails, a driver older than the runtime say, is an error).
+int check_device() {
+  if (!cuda_engine_built()) {
+    fmt::print("train-mlp: built without the cuda engine: no GPU path\n");
+    return 77;
   }
-  throw Error(fmt::format("'{}' is not kill:RANK:STEP or stall:RANK:STEP:SECONDS", text), "--fault");
+  if (!kernels::cuda::device_available()) {
+    fmt::print("train-mlp: no CUDA device\n");
+    return 77;
+  }
+  fmt::print("train-mlp: a CUDA device is usable\n");
+  return 0;
+}
+
+// Where one rank's run reports: metrics, trace, flight recorder and the watchdog around them.
+struct Reporting {
+  std::string metrics_path, flight_path;
+  bool first_attempt;  // a rerun (its metrics file already exists) never injects the fault again
+  FlightRecorder recorder;
+  Watchdog watchdog;
+  MetricsWriter metrics;
+  TraceWriter trace;
+  Reporting(const Options& o, unsigned rank)
+      : metrics_path(fmt::format("{}/metrics_rank{}.jsonl", o.out_dir, rank)),
+        flight_path(fmt::format("{}/flight_rank{}.json", o.out_dir, rank)),
+        first_attempt(!std::filesystem::exists(metrics_path)),
+        // The collective timeout fires first and names the ranks that never arrived; the watchdog
+        // (2 s later) catches hangs outside collectives.
+        watchdog(recorder, rank, std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000) + 2000), flight_path),
+        metrics(metrics_path),
+        trace(fmt::format("{}/trace_rank{}.json", o.out_dir, rank), rank) {}
+};
+
+// State registration: the engine's tensors plus the step counter, then the newest checkpoint every
+// rank can verify (if any). Returns the last completed step (0 for a fresh start).
+std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob) {
+  engine.register_state(ckpt);
+  ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
+  std::uint64_t done = 0;
+  if (ckpt.restore() >= 0) std::memcpy(&done, step_blob.data(), 8);
+  return done;
+}
+
+class Trainer {
+ public:
+  Trainer(const Options& o, Runtime& rt, Engine& engine, checkpoint::Manager& ckpt, Reporting& rep)
+      : o_(o), rt_(rt), engine_(engine), ckpt_(ckpt), rep_(rep), rank_(rt.rank), world_(rt.size) {}
+
+  std::vector<std::uint8_t> step_blob = std::vector<std::uint8_t>(8, 0);
+  std::uint64_t done = 0;
+  float loss = 0;
+
+  void loop(const Shapes& shapes) {
+    for (std::uint64_t step = done + 1; step <= o_.steps; ++step) {
+      rep_.watchdog.heartbeat();
+      stop_if_any_rank_was_signalled();
+      inject_fault(step);
+      const double t0 = rep_.trace.now();
+      make_batch(shapes, o_.seed, step, rank_, batch_);
+      const float local_loss = engine_.forward_backward(batch_);
+      const double t_comm = rep_.trace.now();
+      average(step, local_loss, shapes.parameter_count() * 4);
+      const double comm_s = rep_.trace.now() - t_comm;
+      engine_.optimizer_step(o_.lr, step);
+      done = step;
+      const double step_s = rep_.trace.now() - t0;
+      rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
+      rep_.trace.event("allreduce", "comm", t_comm, comm_s);
+      const auto [stall, persist] = checkpoint_if_due(step);
+      report_step(step, shapes, step_s, comm_s, stall, persist);
+    }
+  }
+
+  // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
+  void finish() {
+    if (pending_.valid()) pending_.get();
+    if (o_.ckpt_every > 0 && done % o_.ckpt_every != 0) {
+      std::memcpy(step_blob.data(), &done, 8);
+      ckpt_.save(done).get();
+    }
+    ckpt_.wait_idle();  // old steps removed before the summary is printed
+    rep_.metrics.write(fmt::format(R"({{"event":"end","wall":{:.6f},"step":{}}})", epoch_now(), done));
+  }
+
+ private:
+  // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
+  void stop_if_any_rank_was_signalled() {
+    std::int32_t stop_here = should_stop() ? 1 : 0, stop_any = 0;
+    rt_.host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max);
+    if (!stop_any) return;
+    if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
+    if (pending_.valid()) pending_.get();
+    std::memcpy(step_blob.data(), &done, 8);
+    save_and_exit(ckpt_, done);
+  }
+
+  // Faults fire in the first attempt only, so the rerun that resumes gets past them.
+  void inject_fault(std::uint64_t step) {
+    const auto& f = o_.fault;
+    if (!f || !rep_.first_attempt || f->rank != rank_ || f->step != step) return;
+    if (f->kind == "kill") {
+      fmt::print(stderr, "train-mlp: rank {} kills itself at step {} (--fault)\n", rank_, step);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
+    fmt::print(stderr, "train-mlp: rank {} stalls {} s at step {} (--fault)\n", rank_, f->seconds, step);
+    std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
+  }
+
+  // Gradients averaged by the engine's bucketer, the loss over the host communicator. A failed
+  // collective ends this rank at once (exit 3) with the flight recorder naming the step.
+  void average(std::uint64_t step, float local_loss, std::size_t grad_bytes) {
+    const std::uint64_t seq = rep_.recorder.begin("allreduce(grads)", grad_bytes);
+    try {
+      engine_.allreduce_gradients();
+      rt_.host->allreduce(&local_loss, &loss, 1, DType::F32, ReduceOp::Avg);
+    } catch (const Error& e) {
+      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()));
+      std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank_,
+                   static_cast<unsigned long long>(seq), static_cast<unsigned long long>(step), e.what(),
+                   rep_.flight_path.c_str());
+      std::fflush(nullptr);
+      std::_Exit(3);
+    }
+    rep_.recorder.end(seq);
+  }
+
+  // Every K steps: stage a save (the stall) and let it persist in the background, one at a time.
+  // Returns (stall seconds, persist seconds of a save that finished meanwhile, -1 if none).
+  std::pair<double, double> checkpoint_if_due(std::uint64_t step) {
+    double stall = 0, persist = -1;
+    if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      persist = pending_.get().persist_seconds;
+      pending_ = {};
+    }
+    if (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) {
+      std::memcpy(step_blob.data(), &done, 8);
+      if (pending_.valid()) persist = pending_.get().persist_seconds;
+      const double ts = rep_.trace.now();
+      pending_ = ckpt_.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
+                                   {"device", engine_.describe()}});
+      stall = rep_.trace.now() - ts;
+      rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
+    }
+    return {stall, persist};
+  }
+
+  void report_step(std::uint64_t step, const Shapes& s, double step_s, double comm_s, double stall, double persist) {
+    const double bytes = s.parameter_count() * 4.0;
+    rep_.metrics.write(fmt::format(
+        R"({{"event":"step","step":{},"wall":{:.6f},"step_s":{:.6f},"samples_per_s":{:.1f},"allreduce_s":{:.6f},"allreduce_busbw_gbs":{:.4f},"ckpt_stall_s":{:.6f},"ckpt_persist_s":{},"loss":{:.6g}}})",
+        step, epoch_now(), step_s, s.rows * world_ / step_s, comm_s,
+        world_ > 1 ? bytes / comm_s * 2.0 * (world_ - 1) / world_ / 1e9 : 0.0, stall,
+        persist < 0 ? std::string("null") : fmt::format("{:.6f}", persist), loss));
+    if (rank_ == 0 && (step % 20 == 0 || step == o_.steps))
+      fmt::print("step {:5}  loss {:.5f}  {:.0f} samples/s  allreduce {:.1f} us\n", step, loss, s.rows * world_ / step_s,
+                 comm_s * 1e6);
+  }
+
+  const Options& o_;
+  Runtime& rt_;
+  Engine& engine_;
+  checkpoint::Manager& ckpt_;
+  Reporting& rep_;
+  unsigned rank_, world_;
+  Batch batch_;
+  std::shared_future<checkpoint::SaveResult> pending_;
+};
+
+void dump_params(const std::string& path, HostParams& params) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (auto* t : params.tensors()) f.write(reinterpret_cast<const char*>(t->data()), static_cast<std::streamsize>(t->size() * 4));
+  if (!f.flush()) throw Error("cannot write the parameters", path);
+}
+
+int train(const Options& o) {
+  const double run_start = epoch_now();
+  std::filesystem::create_directories(o.out_dir);
+  install_stop_signals();
+  auto rt = trainrt::init(init_options(o));
+  const unsigned rank = rt->rank;
+  if (rank == 0) fmt::print("train-mlp: {}\n", rt->describe());
+  Shapes shapes;
+  shapes.hidden = o.hidden;
+  auto engine = make_engine(*rt, o, shapes);
+  Reporting rep(o, rank);
+
+  checkpoint::Options co;
+  co.directory = o.ckpt_dir;
+  co.keep_last = 2;
+  co.log = [rank](const std::string& msg) {
+    if (rank == 0) fmt::print("{}\n", msg);
+  };
+  checkpoint::Manager ckpt(*rt->session, co);
+  Trainer trainer(o, *rt, *engine, ckpt, rep);
+  trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
+  rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
+  rep.metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}"}})",
+                                run_start, trainer.done, rt->size, rt->restart_count, o.device));
+  if (rank == 0)
+    fmt::print("train-mlp: {} ranks, {} rows per rank, device {}, starting after step {} (restart {}{})\n", rt->size,
+               shapes.rows, engine->describe(), trainer.done, rt->restart_count,
+               ckpt.restored_metadata().count("loss") ? ", loss then " + ckpt.restored_metadata().at("loss") : "");
+
+  trainer.loop(shapes);
+  trainer.finish();
+
+  HostParams params = engine->download_params();
+  const std::uint64_t digest = params_digest(params);
+  if (rank == 0) {
+    if (!o.dump_params.empty()) dump_params(o.dump_params, params);
+    fmt::print("FINAL step {} loss {:.6f} params {:016x}\n", trainer.done, trainer.loss, digest);
+    auto summary = summarize_goodput(fmt::format("{}/metrics_rank0.jsonl", o.out_dir));
+    fmt::print("{}", summary.text);
+    write_goodput_files(summary, o.out_dir);
+    fmt::print("trace: {}/trace_rank*.json (chrome://tracing, ui.perfetto.dev)  metrics: {}/metrics_rank*.jsonl\n", o.out_dir,
+               o.out_dir);
+  }
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double run_start = epoch_now();
-  CLI::App app{"train-mlp: data-parallel MLP on deterministic synthetic data, with checkpoints, watchdog, metrics"};
-  std::uint64_t steps = 200, seed = 1, every = 20;
-  std::string ckpt_dir, out_dir = ".", fault_text;
-  float lr = 3e-3f;
-  double watchdog_s = 60;
-  app.add_option("--steps", steps, "optimizer steps in total (default 200)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--seed", seed, "data and initialisation seed (default 1)");
-  app.add_option("--ckpt-dir", ckpt_dir, "checkpoint directory (required)")->required();
-  app.add_option("--ckpt-every", every, "checkpoint every K steps (default 20; 0: never)");
-  app.add_option("--out", out_dir, "metrics, trace, flight recorder and summary go here (default .)");
-  app.add_option("--lr", lr, "AdamW learning rate (default 3e-3)");
-  app.add_option("--hidden", kHidden, "hidden units (default 64; larger makes each step longer)")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--watchdog", watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
-  app.add_option("--fault", fault_text, "inject kill:RANK:STEP or stall:RANK:STEP:SECONDS in the first attempt (tests)");
+  Options o;
+  if (auto rc = parse_options(argc, argv, o)) return *rc;
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "train-mlp: %s (see --help)\n", e.what());
-    return 2;
-  }
-  try {
-    std::optional<Fault> fault;
-    if (!fault_text.empty()) fault = parse_fault(fault_text);
-    std::filesystem::create_directories(out_dir);
-    checkpoint::install_stop_signals();
-
-    InitOptions io;
-    io.nccl = DeviceComm::Off;  // the MLP runs on the CPU; the GPU path is the same calls on device buffers
-    io.comm.timeout = std::chrono::milliseconds(static_cast<long>(watchdog_s * 1000));
-    auto rt = trainrt::init(io);
-    const unsigned rank = rt->rank, world = rt->size;
-    if (rank == 0) fmt::print("train-mlp: {}\n", rt->describe());
-
-    // A rerun (its metrics file already exists) never injects the fault again.
-    const std::string metrics_path = fmt::format("{}/metrics_rank{}.jsonl", out_dir, rank);
-    const bool first_attempt = !std::filesystem::exists(metrics_path);
-    FlightRecorder recorder;
-    const std::string flight_path = fmt::format("{}/flight_rank{}.json", out_dir, rank);
-    // The collective timeout fires first and names the ranks that never arrived; the watchdog
-    // (2 s later) catches hangs outside collectives.
-    Watchdog watchdog(recorder, rank, std::chrono::milliseconds(static_cast<long>(watchdog_s * 1000) + 2000), flight_path);
-    MetricsWriter metrics(metrics_path);
-    TraceWriter trace(fmt::format("{}/trace_rank{}.json", out_dir, rank), rank);
-
-    Model model, m, v;
-    for (std::size_t i = 0; i < model.w1.size(); ++i) model.w1[i] = uniform(seed, 1, i) * 0.3f;
-    for (std::size_t i = 0; i < model.w2.size(); ++i) model.w2[i] = uniform(seed, 2, i) * 0.3f;
-    std::vector<std::uint8_t> step_blob(8, 0);
-
-    checkpoint::Options co;
-    co.directory = ckpt_dir;
-    co.keep_last = 2;
-    co.log = [rank](const std::string& msg) {
-      if (rank == 0) fmt::print("{}\n", msg);
-    };
-    checkpoint::Manager ckpt(*rt->session, co);
-    auto reg = [&](const char* prefix, Model& mm) {
-      const char* names[] = {"w1", "b1", "w2", "b2"};
-      auto ts = mm.tensors();
-      for (std::size_t i = 0; i < ts.size(); ++i)
-        ckpt.register_buffer(fmt::format("{}.{}", prefix, names[i]), ts[i]->data(), ts[i]->size() * 4, DType::F32,
-                             {static_cast<std::int64_t>(ts[i]->size())}, checkpoint::Sharding::Replicated);
-    };
-    reg("param", model);
-    reg("adam_m", m);
-    reg("adam_v", v);
-    ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
-    std::int64_t restored = ckpt.restore();
-    std::uint64_t done = 0;
-    if (restored >= 0) std::memcpy(&done, step_blob.data(), 8);
-    trace.event("startup+restore", "startup", 0, trace.now());
-    metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{}}})",
-                              run_start, done, world, rt->restart_count));
-    if (rank == 0)
-      fmt::print("train-mlp: {} ranks, {} rows per rank, starting after step {} (restart {}{})\n", world, kRowsPerRank,
-                 done, rt->restart_count,
-                 ckpt.restored_metadata().count("loss") ? ", loss then " + ckpt.restored_metadata().at("loss") : "");
-
-    Model g;
-    std::vector<kernels::TensorRef> grad_refs;
-    for (auto* t : g.tensors()) grad_refs.push_back({t->data(), t->size()});
-    GradientBucketer bucketer(*rt->host, grad_refs, DType::F32, 8 << 10);
-    std::vector<kernels::TensorRef> p_refs, m_refs, v_refs;
-    std::vector<kernels::ConstTensorRef> g_refs;
-    for (std::size_t i = 0; i < 4; ++i) {
-      p_refs.push_back({model.tensors()[i]->data(), model.tensors()[i]->size()});
-      m_refs.push_back({m.tensors()[i]->data(), m.tensors()[i]->size()});
-      v_refs.push_back({v.tensors()[i]->data(), v.tensors()[i]->size()});
-      g_refs.push_back({g.tensors()[i]->data(), g.tensors()[i]->size()});
-    }
-
-    std::vector<float> x(kRowsPerRank * kIn), y(kRowsPerRank), h(kRowsPerRank * kHidden), dy(kRowsPerRank), dh(kHidden);
-    std::shared_future<checkpoint::SaveResult> pending;
-    float loss = 0;
-    for (std::uint64_t step = done + 1; step <= steps; ++step) {
-      watchdog.heartbeat();
-      // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
-      std::int32_t stop_here = checkpoint::should_stop() ? 1 : 0, stop_any = 0;
-      rt->host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max);
-      if (stop_any) {
-        if (rank == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done,
-                                  checkpoint::kRequeueExitCode);
-        if (pending.valid()) pending.get();
-        std::memcpy(step_blob.data(), &done, 8);
-        checkpoint::save_and_exit(ckpt, done);
-      }
-      // Faults fire in the first attempt only, so the rerun that resumes gets past them.
-      if (fault && first_attempt && fault->rank == rank && fault->step == step) {
-        if (fault->kind == "kill") {
-          fmt::print(stderr, "train-mlp: rank {} kills itself at step {} (--fault)\n", rank, step);
-          std::fflush(nullptr);
-          ::raise(SIGKILL);
-        }
-        fmt::print(stderr, "train-mlp: rank {} stalls {} s at step {} (--fault)\n", rank, fault->seconds, step);
-        std::this_thread::sleep_for(std::chrono::duration<double>(fault->seconds));
-      }
-      const double t0 = trace.now();
-      // Data: global rows [rank*64, rank*64+64) of step `step`'s batch.
-      for (std::size_t r = 0; r < kRowsPerRank; ++r) {
-        const std::uint64_t row = step * 1000003ull + rank * kRowsPerRank + r;
-        float target = 0;
-        for (std::size_t j = 0; j < kIn; ++j) {
-          x[r * kIn + j] = uniform(seed + 99, row, j);
-          target += std::sin(x[r * kIn + j] * static_cast<float>(j + 1)) * 0.1f;
-        }
-        y[r] = target;
-      }
-      // Forward and backward, by hand.
-      for (auto* t : g.tensors()) std::fill(t->begin(), t->end(), 0.f);
-      float local_loss = 0;
-      for (std::size_t r = 0; r < kRowsPerRank; ++r) {
-        float out = model.b2[0];
-        for (std::size_t k = 0; k < kHidden; ++k) {
-          float a = model.b1[k];
-          for (std::size_t j = 0; j < kIn; ++j) a += x[r * kIn + j] * model.w1[j * kHidden + k];
-          h[r * kHidden + k] = a > 0 ? a : 0;
-          out += h[r * kHidden + k] * model.w2[k];
-        }
-        const float err = out - y[r];
-        local_loss += err * err;
-        dy[r] = 2.f * err / static_cast<float>(kRowsPerRank);
-        g.b2[0] += dy[r];
-        for (std::size_t k = 0; k < kHidden; ++k) {
-          g.w2[k] += h[r * kHidden + k] * dy[r];
-          dh[k] = h[r * kHidden + k] > 0 ? dy[r] * model.w2[k] : 0.f;
-          g.b1[k] += dh[k];
-          for (std::size_t j = 0; j < kIn; ++j) g.w1[j * kHidden + k] += x[r * kIn + j] * dh[k];
-        }
-      }
-      const double t_comm = trace.now();
-      const std::uint64_t seq = recorder.begin("allreduce(grads)", (kIn * kHidden + 2 * kHidden + 1) * 4);
-      try {
-        bucketer.allreduce(ReduceOp::Avg);
-        float loss_sum = local_loss / kRowsPerRank;
-        rt->host->allreduce(&loss_sum, &loss, 1, DType::F32, ReduceOp::Avg);
-      } catch (const Error& e) {
-        recorder.dump(flight_path, rank, fmt::format("step {}: {}", step, e.what()));
-        std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank,
-                     static_cast<unsigned long long>(seq), static_cast<unsigned long long>(step), e.what(), flight_path.c_str());
-        std::fflush(nullptr);
-        std::_Exit(3);
-      }
-      recorder.end(seq);
-      const double comm_s = trace.now() - t_comm;
-      kernels::AdamWConfig cfg;
-      cfg.lr = lr;
-      cfg.step = static_cast<int>(step);
-      kernels::cpu::adamw_f32(p_refs.data(), g_refs.data(), m_refs.data(), v_refs.data(), 4, cfg);
-      done = step;
-      const double step_s = trace.now() - t0;
-      trace.event(fmt::format("step {}", step), "step", t0, step_s);
-      trace.event("allreduce", "comm", t_comm, comm_s);
-      double stall = 0, persist = -1;
-      if (pending.valid() && pending.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-        auto r = pending.get();
-        persist = r.persist_seconds;
-        pending = {};
-      }
-      if (every > 0 && step % every == 0) {
-        std::memcpy(step_blob.data(), &done, 8);
-        if (pending.valid()) persist = pending.get().persist_seconds;  // one in flight at a time
-        const double ts = trace.now();
-        pending = ckpt.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world)}});
-        stall = trace.now() - ts;
-        trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
-      }
-      const double bytes = (kIn * kHidden + 2 * kHidden + 1) * 4.0;
-      metrics.write(fmt::format(
-          R"({{"event":"step","step":{},"wall":{:.6f},"step_s":{:.6f},"samples_per_s":{:.1f},"allreduce_s":{:.6f},"allreduce_busbw_gbs":{:.4f},"ckpt_stall_s":{:.6f},"ckpt_persist_s":{},"loss":{:.6g}}})",
-          step, epoch_now(), step_s, kRowsPerRank * world / step_s, comm_s,
-          world > 1 ? bytes / comm_s * 2.0 * (world - 1) / world / 1e9 : 0.0, stall,
-          persist < 0 ? std::string("null") : fmt::format("{:.6f}", persist), loss));
-      if (rank == 0 && (step % 20 == 0 || step == steps))
-        fmt::print("step {:5}  loss {:.5f}  {:.0f} samples/s  allreduce {:.1f} us\n", step, loss,
-                   kRowsPerRank * world / step_s, comm_s * 1e6);
-    }
-    if (pending.valid()) pending.get();
-    if (every > 0 && done % every != 0) {
-      std::memcpy(step_blob.data(), &done, 8);
-      ckpt.save(done).get();
-    }
-    ckpt.wait_idle();  // old steps removed before the summary is printed
-    std::uint64_t digest = 0;
-    for (auto* t : model.tensors()) digest = digest * 31 + kernels::cpu::checksum(t->data(), t->size() * 4);
-    metrics.write(fmt::format(R"({{"event":"end","wall":{:.6f},"step":{}}})", epoch_now(), done));
-    if (rank == 0) {
-      fmt::print("FINAL step {} loss {:.6f} params {:016x}\n", done, loss, digest);
-      auto summary = summarize_goodput(fmt::format("{}/metrics_rank0.jsonl", out_dir));
-      fmt::print("{}", summary.text);
-      write_goodput_files(summary, out_dir);
-      fmt::print("trace: {}/trace_rank*.json (chrome://tracing, ui.perfetto.dev)  metrics: {}/metrics_rank*.jsonl\n", out_dir, out_dir);
-    }
-    return 0;
+    return o.check_device ? check_device() : train(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train-mlp: error: %s\n", e.what());
     return 1;

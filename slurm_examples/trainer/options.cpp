@@ -1,0 +1,62 @@
+#include "options.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <vector>
+
+#include "trainrt/error.hpp"
+#include "trainrt/strings.hpp"
+
+namespace train_mlp {
+
+Fault parse_fault(const std::string& text) {
+  std::vector<std::string> parts;
+  for (auto part : trainrt::split(text, ':')) parts.emplace_back(part);
+  try {
+    if (parts.size() == 3 && parts[0] == "kill") return {"kill", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), 0};
+    if (parts.size() == 4 && parts[0] == "stall")
+      return {"stall", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), std::stod(parts[3])};
+  } catch (const std::exception&) {
+  }
+  throw trainrt::Error(fmt::format("'{}' is not kill:RANK:STEP or stall:RANK:STEP:SECONDS", text), "--fault");
+}
+
+std::optional<int> parse_options(int argc, char** argv, Options& o) {
+  CLI::App app{"train-mlp: data-parallel MLP on deterministic synthetic data, with checkpoints, watchdog, metrics"};
+  std::string fault_text;
+  app.add_option("--steps", o.steps, "optimizer steps in total (default 200)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--seed", o.seed, "data and initialisation seed (default 1)");
+  auto* ckpt = app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (required)");
+  app.add_option("--ckpt-every", o.ckpt_every, "checkpoint every K steps (default 20; 0: never)");
+  app.add_option("--out", o.out_dir, "metrics, trace, flight recorder and summary go here (default .)");
+  app.add_option("--lr", o.lr, "AdamW learning rate (default 3e-3)");
+  app.add_option("--hidden", o.hidden, "hidden units (default 64; larger makes each step longer)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--device", o.device,
+                 "where the model lives: cuda (GPU, NCCL), cpu, or auto (default): cuda when every rank has a GPU of "
+                 "its own, else cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  app.add_option("--watchdog", o.watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
+  app.add_option("--fault", fault_text, "inject kill:RANK:STEP or stall:RANK:STEP:SECONDS in the first attempt (tests)");
+  app.add_option("--dump-params", o.dump_params, "rank 0 writes the final parameters (raw f32: w1, b1, w2, b2) to this file");
+  app.add_flag("--check-device", o.check_device,
+               "only check for a usable CUDA device: exit 0 when there is one, 77 when there is none (or no driver), "
+               "1 on any other CUDA error");
+  try {
+    app.parse(argc, argv);
+    if (!o.check_device && ckpt->count() == 0) throw CLI::RequiredError("--ckpt-dir");
+    if (!fault_text.empty()) o.fault = parse_fault(fault_text);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "train-mlp: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const trainrt::Error& e) {
+    std::fprintf(stderr, "train-mlp: %s (see --help)\n", e.what());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace train_mlp

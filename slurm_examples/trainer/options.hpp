@@ -1,0 +1,35 @@
+#pragma once
+// train-mlp's command line and its injected faults.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace train_mlp {
+
+struct Fault {
+  std::string kind;  // "kill" or "stall"
+  unsigned rank = 0;
+  std::uint64_t step = 0;
+  double seconds = 0;
+};
+
+struct Options {
+  std::uint64_t steps = 200, seed = 1, ckpt_every = 20;
+  std::string ckpt_dir, out_dir = ".";
+  float lr = 3e-3f;
+  double watchdog_s = 60;
+  std::size_t hidden = 64;
+  std::string device = "auto";  // auto | cuda | cpu
+  std::string dump_params;      // rank 0 writes the final parameters' raw f32 bytes here
+  bool check_device = false;    // only say whether a CUDA device is usable (exit 0 / 77 / 1)
+  std::optional<Fault> fault;
+};
+
+// Fills `options`; returns the exit status when the program should stop now (--help: 0, a bad
+// command line: 2, after a message on stderr), nullopt to go on.
+std::optional<int> parse_options(int argc, char** argv, Options& options);
+
+// kill:RANK:STEP or stall:RANK:STEP:SECONDS; trainrt::Error otherwise.
+Fault parse_fault(const std::string& text);
+
+}  // namespace train_mlp
