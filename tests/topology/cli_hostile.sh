@@ -27,7 +27,7 @@ expect_error() {  # expect_error WORD-IN-MESSAGE ARGS...
   if [[ $rc -ne 2 || $lines -ne 1 || $err != *"$want"* ]] || ! printable "$tmp/err"; then
     fail "trainrt-topo $* -> rc=$rc, $lines line(s) on stderr: $(head -c 300 "$tmp/err" | cat -v)"
   else
-    echo "ok: ${*:0:3} ... -> $(head -c 160 "$tmp/err")"
+    echo "ok: ${*:1:3} ... -> $(head -c 160 "$tmp/err")"
   fi
 }
 
