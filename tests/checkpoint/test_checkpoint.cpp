@@ -260,6 +260,16 @@ TEST_CASE("world-size changes: sharded state refuses, replicated state restores"
   CHECK(steps[0].shards.size() == 2);
 }
 
+TEST_CASE("world-size changes: state saved per rank is not read as replicated", "[checkpoint]") {
+  Fixture f;
+  save_in_world(f.dir, 2, checkpoint::Sharding::PerRank, 1);  // each rank's own state
+  f.open(checkpoint::Sharding::Replicated);                   // a job that claims it is replicated
+  f.set(99);
+  CHECK(f.mgr->restore() == -1);
+  CHECK(f.holds(99));
+  CHECK(f.logged("was saved per rank by 2 ranks"));
+}
+
 TEST_CASE("stop signals set the flag the loop polls", "[checkpoint]") {
   checkpoint::install_stop_signals();
   CHECK_FALSE(checkpoint::should_stop());

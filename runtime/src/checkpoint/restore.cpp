@@ -37,6 +37,10 @@ std::string Manager::Impl::check(std::uint64_t step, Candidate& c) {
     if (!f) return fmt::format("{} lacks entry '{}'", c.reader.name(), e.name);
     const char* kind = e.data ? "buffer" : "blob";
     if (f->kind != kind) return fmt::format("entry '{}' is a {} in {}, registered as a {}", e.name, f->kind, c.reader.name(), kind);
+    // Another world size reads rank 0's shard for every rank: only state saved as replicated may.
+    if (manifest.world_size != session.size() && !f->replicated)
+      return fmt::format("entry '{}' was saved per rank by {} ranks; it cannot be restored by {}", e.name,
+                         manifest.world_size, session.size());
     if (e.data && (f->bytes != e.bytes || f->dtype != to_string(e.dtype)))
       return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, f->bytes, f->dtype, e.bytes,
                          to_string(e.dtype));
