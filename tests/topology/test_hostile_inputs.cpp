@@ -236,13 +236,18 @@ TEST_CASE("live discovery refuses an environment that would make hwloc read anot
     CHECK_THROWS_WITH(load_live(), Catch::Contains(var) && Catch::Contains("live topology"));
     ::unsetenv(var);
   }
-  // HWLOC_COMPONENTS cannot bring back a component the loader blacklists, nor switch to a file:
-  // live discovery still reads this machine (live_socket_probe checks that it opens no socket).
+  // With HWLOC_COMPONENTS set too (hwloc then ignores HWLOC_XMLFILE, but linux still reads
+  // HWLOC_FSROOT): still refused.
+  ::setenv("HWLOC_COMPONENTS", "linux", 1);
+  ::setenv("HWLOC_FSROOT", dir.c_str(), 1);
+  CHECK_THROWS_WITH(load_live(), Catch::Contains("HWLOC_FSROOT"));
+  ::unsetenv("HWLOC_FSROOT");
+  // HWLOC_COMPONENTS cannot bring back a component the loader blacklists, nor switch to a file
+  // through the xml component: live discovery still reads this machine (live_socket_probe checks
+  // that it opens no socket).
   ::setenv("HWLOC_COMPONENTS", "gl,opencl,xml,synthetic", 1);
-  ::setenv("HWLOC_XMLFILE", xml.c_str(), 1);
   Node node = load_live();
   ::unsetenv("HWLOC_COMPONENTS");
-  ::unsetenv("HWLOC_XMLFILE");
   CHECK(node.source == "live");
   CHECK(node.hostname != "synth");
   CHECK_FALSE(node.cores.empty());

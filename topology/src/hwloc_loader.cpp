@@ -209,10 +209,11 @@ HwlocTopology make_topology(const std::string& what, bool live) {
   return topo;
 }
 
-// hwloc_topology_load() replaces live discovery with these when they are set (and HWLOC_COMPONENTS
-// is not), without asking the blacklist: refuse rather than silently read another source.
+// hwloc_topology_load() replaces live discovery with a file or a synthetic description when one of
+// these is set, without asking the blacklist; the linux and x86 components read HWLOC_FSROOT and
+// HWLOC_CPUID_PATH themselves even when HWLOC_COMPONENTS is set. Refuse rather than silently read
+// another source.
 void refuse_redirecting_environment() {
-  if (std::getenv("HWLOC_COMPONENTS")) return;  // hwloc then ignores the variables below
   for (const char* var : {"HWLOC_XMLFILE", "HWLOC_SYNTHETIC", "HWLOC_FSROOT", "HWLOC_CPUID_PATH"}) {
     const char* v = std::getenv(var);
     if (v && *v)
@@ -284,11 +285,15 @@ Node load_live() {
   HwlocTopology topo = make_topology("live topology", true);
   if (hwloc_topology_load(topo.get()) != 0)
     throw Error(fmt::format("hwloc could not discover this machine: {}", std::strerror(errno)), "live topology");
+  Node node;
   try {
-    return read_topology(topo.get(), "live");
+    node = read_topology(topo.get(), "live");
   } catch (const Error& e) {
     throw Error(e.what(), "live topology");
   }
+  // HWLOC_COMPONENTS=stop or -linux (the caller's own environment) can leave hwloc nothing to read.
+  if (node.cores.empty()) throw Error("hwloc found no processors on this machine", "live topology");
+  return node;
 }
 
 Node hwloc_from_text(const std::string& text, const pugi::xml_document& doc, const std::string& path) {
