@@ -110,7 +110,7 @@ class HierarchicalCommunicator final : public HostCommunicator {
   // failed aborts its node's shared-memory group, which its local ranks are waiting in.
   void on_failure() noexcept override {
     for (auto* c : {local_.get(), leaders_.get(), all_.get()})
-      if (c) c->abort("the hierarchical communicator failed on rank " + std::to_string(rank_));
+      if (c) c->abort(abort_reason_);
   }
 
  private:
@@ -123,6 +123,7 @@ class HierarchicalCommunicator final : public HostCommunicator {
   bool node_blocks_ = false;
   std::unique_ptr<SubSession> local_session_, leader_session_;
   std::unique_ptr<Communicator> local_, leaders_, all_;
+  std::string abort_reason_ = "the hierarchical communicator failed on rank " + std::to_string(rank_);
 };
 
 }  // namespace

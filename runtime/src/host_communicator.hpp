@@ -19,7 +19,13 @@ namespace trainrt {
 
 class HostCommunicator : public Communicator {
  public:
-  void abort(const std::string& why) noexcept override { fail(Failure::Peer, "aborted: " + why); }
+  void abort(const std::string& why) noexcept override {
+    try {
+      fail(Failure::Peer, "aborted: " + why);
+    } catch (...) {  // no memory for the message: fail all the same
+      fail(Failure::Peer, "aborted");
+    }
+  }
 
  protected:
   explicit HostCommunicator(std::string name) : name_(std::move(name)) {}
@@ -82,7 +88,7 @@ class HostCommunicator : public Communicator {
       kind_ = kind;
       try {
         first_ = what;
-      } catch (...) {
+      } catch (...) {  // the kind alone still poisons the communicator
       }
     }
     on_failure();

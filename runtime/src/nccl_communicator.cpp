@@ -115,8 +115,10 @@ struct CommHandle {
     abort_locked(why);
     throw PeerError(why + "; communicator aborted", "nccl");
   }
-  // Holding `mutex`: waits for a non-blocking call to leave ncclInProgress; aborts on error or timeout.
-  void await_locked(std::chrono::milliseconds limit, const std::string& what) {
+  // Holding `mutex` through `lock`: waits for a non-blocking call to leave ncclInProgress; aborts
+  // on error or timeout. The lock is let go while sleeping, so abort() from another thread (a
+  // watchdog) gets through; the next round then throws.
+  void await_locked(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds limit, const std::string& what) {
     const auto deadline = Clock::now() + limit;
     while (true) {
       throw_if_aborted();
@@ -134,18 +136,20 @@ struct CommHandle {
         abort_locked(why);
         throw PeerError(why + "; communicator aborted", "nccl");
       }
+      lock.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.lock();
     }
   }
   // Finalize (flushes outstanding work) then destroy; abort when finalize fails or hangs.
   void destroy() noexcept {
-    std::lock_guard lock(mutex);
+    std::unique_lock lock(mutex);
     if (!comm) return;
     DeviceScope scope(device);
     ncclResult_t rc = ncclCommFinalize(comm);
     if (rc == ncclSuccess || rc == ncclInProgress) {
       try {
-        await_locked(timeout, "ncclCommFinalize");  // aborts on failure
+        await_locked(lock, timeout, "ncclCommFinalize");  // aborts on failure
       } catch (...) {
         return;
       }
@@ -270,12 +274,12 @@ class NcclCommunicator final : public Communicator {
     DeviceScope scope(handle_->device);
     cudaEvent_t done = nullptr;
     {
-      std::lock_guard lock(handle_->mutex);
+      std::unique_lock lock(handle_->mutex);
       handle_->poll_async_error_locked(what);  // throws once aborted
       check_cuda(cudaEventRecord(ready_, caller_), "cudaEventRecord(caller stream)");
       check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
       ncclResult_t rc = enqueue(handle_->comm);
-      if (rc == ncclInProgress) handle_->await_locked(handle_->timeout, what);
+      if (rc == ncclInProgress) handle_->await_locked(lock, handle_->timeout, what);
       else if (rc != ncclSuccess) {
         const std::string why = fmt::format("{}: {}", what, ncclGetErrorString(rc));
         if (rc != ncclInvalidArgument && rc != ncclInvalidUsage) handle_->abort_locked(why);
@@ -436,13 +440,13 @@ std::unique_ptr<Communicator> split_nccl_communicator(Communicator& parent, int 
   ncclConfig_t config = nonblocking_config();
   PendingComm pending;
   {
-    std::lock_guard lock(h->mutex);
+    std::unique_lock lock(h->mutex);
     h->throw_if_aborted();
     DeviceScope scope(h->device);
     ncclResult_t rc = ncclCommSplit(h->comm, color, key, &pending.comm, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) throw_nccl(rc, "ncclCommSplit");
     if (pending.comm) await_init(pending.comm, h->timeout, "ncclCommSplit (child)");
-    h->await_locked(h->timeout, "ncclCommSplit (parent)");
+    h->await_locked(lock, h->timeout, "ncclCommSplit (parent)");
   }
   if (!pending.comm) throw UsageError(fmt::format("ncclCommSplit gave no communicator for color {}", color), "nccl");
   return std::make_unique<NcclCommunicator>(pending.release(), h->device, h->timeout, p.caller_stream());

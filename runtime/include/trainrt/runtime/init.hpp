@@ -5,7 +5,8 @@
 // is present and asked for, the NCCL communicator on the task's own GPU (choose_cuda_device in
 // nccl_communicator.hpp). Ranks that share a GPU (tasks-per-gpu=2) or lack one cannot run NCCL:
 // with DeviceComm::Auto, init says so once (rank 0, on stderr), leaves `device` null and explains
-// why in `device_note`; the program reduces through `host`. With Required it throws.
+// why in `device_note`; the program reduces through `host`. With Required it throws. Deciding
+// costs one bootstrap allgather (each rank's GPU) in builds with NCCL unless DeviceComm::Off.
 #include <memory>
 #include <string>
 
