@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# One command for a fresh single-GPU machine (CUDA 13, cmake, ninja, python3 with torch; no Debian
+# development packages, no network): build with CUDA, run every GPU test (0 skipped), the kernel
+# benchmark and its PyTorch peer, the trainer on the GPU with a kill and a bitwise resume, and
+# compute-sanitizer (memcheck, racecheck) over the GPU test programs; one report file.
+#
+#   scripts/gpu-check.sh prepare [--carry DIR] [--limit-mib N]
+#       On a Debian 12 machine with apt: downloads the .deb files the build needs (below) into
+#       DIR/debs (default gpu-carry/, git-ignored) with a manifest, and checks that they and the
+#       working tree fit what travels to the GPU machine (64 MiB).
+#   scripts/gpu-check.sh run [--out DIR] [--carry DIR] [--prefix DIR] [--build DIR] [--jobs N]
+#                            [--budget SECONDS] [--no-gpu] [--targets "T1 T2 ..."] [--nccl-root DIR]
+#       On the GPU machine: unpacks the carried .debs with dpkg -x into a prefix (default
+#       /opt/trainrt-deps; never into /), configures against it, builds, runs the checks and writes
+#       DIR/gpu-check-report.md (DIR: --out, else $OUT, else ./gpu-check-out) plus the full logs in
+#       DIR/gpu-check-logs.tar.gz. Exit 0 only when every step passed and no test was skipped.
+#       Without a GPU it fails at once, saying so. --no-gpu (the self-test on a CPU machine) runs
+#       everything up to the GPU steps (only --targets, when given) and stops there.
+# docs/gpu-check.md says more; tests/gpu_check/self_test.sh tests the parts that need no GPU.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+# What the build needs beyond a compiler, CMake, Ninja and the CUDA toolkit: the -dev packages
+# (headers, CMake/pkg-config files), their shared libraries, what those need (libudev1 for hwloc)
+# and pkg-config itself (pkgconf). Nothing of Slurm, PMIx or Gloo: those parts are OFF there.
+CARRIED_PACKAGES=(libhwloc-dev libhwloc15 libudev1 libfmt-dev libfmt9 nlohmann-json3-dev libpugixml-dev
+                  libpugixml1v5 libcli11-dev catch2 libxxhash-dev libxxhash0 pkgconf-bin libpkgconf3)
+# Every GPU test this tree registers; one missing means a part was silently left out.
+EXPECTED_GPU_TESTS=(kernels.gpu_vs_cpu runtime.nccl.collectives.gpu checkpoint.device_round_trip
+                    trainer.resume_bitwise.gpu)
+TRAVEL_LIMIT_MIB=64
+MULTIARCH=x86_64-linux-gnu
+
+die() { echo "gpu-check: FAIL: $*" >&2; exit 1; }
+say() { echo "gpu-check: $*"; }
+
+# ---------------------------------------------------------------------------------------- prepare
+prepare() {
+  local carry=$repo/gpu-carry limit=$TRAVEL_LIMIT_MIB
+  while (($#)); do
+    case $1 in
+      --carry) carry=$2; shift 2 ;;
+      --limit-mib) limit=$2; shift 2 ;;
+      *) die "prepare: unknown argument '$1'" ;;
+    esac
+  done
+  command -v apt-get >/dev/null || die "prepare needs apt-get (a Debian 12 machine like the CPU one)"
+  fresh_dir "$carry/debs" .gpu-check-carry
+  if ! (cd "$carry/debs" && apt-get download "${CARRIED_PACKAGES[@]}" >"$carry/download.log" 2>&1); then
+    say "apt-get download failed; refreshing the package lists once"
+    apt-get update -qq >/dev/null 2>&1
+    (cd "$carry/debs" && apt-get download "${CARRIED_PACKAGES[@]}" >"$carry/download.log" 2>&1) ||
+      die "apt-get download ${CARRIED_PACKAGES[*]} failed: $(tail -3 "$carry/download.log")"
+  fi
+  local manifest=$carry/debs/MANIFEST.tsv f
+  printf 'file\tpackage\tversion\tarchitecture\tbytes\tsha256\n' >"$manifest"
+  for f in "$carry"/debs/*.deb; do
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$(dpkg-deb -f "$f" Package)" "$(dpkg-deb -f "$f" Version)" \
+      "$(dpkg-deb -f "$f" Architecture)" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)" >>"$manifest"
+  done
+  local got p
+  got=$(tail -n +2 "$manifest" | cut -f2 | sort | tr '\n' ' ')
+  for p in "${CARRIED_PACKAGES[@]}"; do
+    grep -qw -- "$p" <<<"$got" || die "package $p was not downloaded (got: $got)"
+  done
+  # What travels: tracked and untracked-not-ignored files of the checkout, plus the carry folder.
+  local tree_bytes carry_bytes total
+  tree_bytes=$(cd "$repo" && git ls-files -z -co --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  carry_bytes=$(du -sb "$carry" | cut -f1)
+  total=$((tree_bytes + carry_bytes))
+  say "$(($(wc -l <"$manifest") - 1)) packages in $carry/debs ($((carry_bytes / 1024)) KiB); working tree $((tree_bytes / 1024)) KiB; together $((total / 1024)) KiB of ${limit} MiB"
+  ((total <= limit * 1024 * 1024)) || die "what would travel ($((total / 1024)) KiB) is over ${limit} MiB"
+  say "prepared. On the GPU machine: scripts/gpu-check.sh run   (carry: ${carry#"$repo"/})"
+}
+
+# -------------------------------------------------------------------------------------------- run
+# Results: one line per step, "name|PASS or FAIL or NOT RUN|seconds|note", turned into the report.
+results=()
+step_result() { results+=("$1|$2|$3|$4"); [[ $2 == PASS ]] || failed=1; say "$1: $2${4:+ ($4)}"; }
+elapsed() { echo $((SECONDS - $1)); }
+# Empties DIR for a fresh start, but only a DIR this script made (it holds MARKER) or an empty one:
+# a mistyped --prefix /usr must never be deleted.
+fresh_dir() {
+  local dir=$1 marker=$2
+  if [[ -e $dir && -n $(ls -A "$dir" 2>/dev/null) && ! -e $dir/$marker ]]; then
+    die "$dir exists, is not empty and was not made by gpu-check (no $marker in it): name another folder"
+  fi
+  rm -rf "$dir" && mkdir -p "$dir" && touch "$dir/$marker" || die "cannot create $dir"
+}
+# Seconds left of --budget, at least 1 (`timeout 0` would mean no limit at all).
+remaining() { local r=$((budget - SECONDS)); ((r < 1)) && r=1; echo "$r"; }
+
+# Unpacks one .deb with dpkg -x, or, where dpkg is missing, with Python (ar + tar, as dpkg-deb).
+unpack_deb() {
+  if command -v dpkg >/dev/null; then dpkg -x "$1" "$2"; return; fi
+  python3 - "$1" "$2" <<'PY'
+import io, sys, tarfile
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", "not an ar archive"
+pos = 8
+while pos < len(data):
+    name, size = data[pos:pos + 16].decode().strip().rstrip("/"), int(data[pos + 48:pos + 58])
+    body = data[pos + 60:pos + 60 + size]
+    if name.startswith("data.tar"):
+        tarfile.open(fileobj=io.BytesIO(body)).extractall(sys.argv[2], filter="tar")
+        sys.exit(0)
+    pos += 60 + size + (size & 1)
+sys.exit("no data.tar member")
+PY
+}
+
+preflight() {
+  local missing=() t
+  for t in cmake ninja python3 c++; do command -v "$t" >/dev/null || missing+=("$t (not on PATH)"); done
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) || missing+=("nvcc (not on PATH nor in /usr/local/cuda/bin)")
+  if [[ -n ${nvcc:-} ]]; then
+    cuda_root=$(cd "$(dirname "$nvcc")/.." && pwd)
+    ls "$cuda_root"/include/cublas_v2.h "$cuda_root"/targets/*/include/cublas_v2.h >/dev/null 2>&1 ||
+      missing+=("cuBLAS headers (cublas_v2.h) in $cuda_root")
+    ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1 ||
+      missing+=("libcublas.so in $cuda_root")
+  fi
+  [[ -f $carry/debs/MANIFEST.tsv ]] || missing+=("$carry/debs/MANIFEST.tsv (run 'scripts/gpu-check.sh prepare' on the CPU machine and carry ${carry#"$repo"/})")
+  if ((!no_gpu)); then
+    command -v compute-sanitizer >/dev/null || [[ -x ${cuda_root:-/nonexistent}/bin/compute-sanitizer ]] ||
+      missing+=("compute-sanitizer")
+    python3 -c 'import torch; assert torch.cuda.is_available(), "torch sees no CUDA device"' 2>/dev/null ||
+      missing+=("python3 with torch and a CUDA device ($(python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1))")
+  fi
+  ((${#missing[@]} == 0)) || die "missing on this machine: $(printf '\n  - %s' "${missing[@]}")"
+}
+
+# The GPU, before anything is built: a run on a machine without one is a mistake, said at once.
+require_gpu() {
+  local list
+  list=$(nvidia-smi -L 2>&1) || die "no GPU: nvidia-smi failed or is missing ($(head -1 <<<"$list")). This command needs a GPU machine; --no-gpu runs only the steps before the GPU ones."
+  grep -q "^GPU " <<<"$list" || die "no GPU: nvidia-smi lists none ($list)"
+  gpu_line=$(head -1 <<<"$list")
+}
+
+unpack_carry() {
+  local t0=$SECONDS bad=() line f sum
+  fresh_dir "$prefix" .gpu-check-prefix
+  while IFS=$'\t' read -r f _ _ _ _ sum; do
+    [[ $f == file ]] && continue
+    [[ -f $carry/debs/$f ]] || { bad+=("$f: missing"); continue; }
+    [[ $(sha256sum "$carry/debs/$f" | cut -d' ' -f1) == "$sum" ]] || { bad+=("$f: checksum differs"); continue; }
+    unpack_deb "$carry/debs/$f" "$prefix" || bad+=("$f: unpack failed")
+  done <"$carry/debs/MANIFEST.tsv"
+  ((${#bad[@]} == 0)) || die "carried packages: ${bad[*]}"
+  libdir=$prefix/usr/lib/$MULTIARCH
+  # pkg-config from the prefix, seeing only the prefix's .pc files, with their paths moved into it.
+  mkdir -p "$prefix/bin"
+  cat >"$prefix/bin/pkg-config" <<EOF
+#!/bin/sh
+export LD_LIBRARY_PATH="$libdir\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export PKG_CONFIG_LIBDIR="$libdir/pkgconfig:$prefix/usr/share/pkgconfig:$prefix/usr/lib/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$prefix"
+exec "$prefix/usr/bin/pkgconf" "\$@"
+EOF
+  chmod +x "$prefix/bin/pkg-config"
+  "$prefix/bin/pkg-config" --modversion hwloc >/dev/null 2>&1 || die "the carried pkg-config cannot read hwloc.pc"
+  # Carried shared libraries this machine lacks (by soname) go on LD_LIBRARY_PATH for the tests:
+  # the executables find their direct dependencies through RUNPATH, but not what those need
+  # (libhwloc's libudev.so.1, say). Sonames the machine has stay the machine's.
+  mkdir -p "$prefix/ldpath"
+  local so added=() ldconfig
+  ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+  for so in "$libdir"/lib*.so.*; do
+    [[ $(basename "$so") =~ ^lib.*\.so\.[0-9]+$ ]] || continue
+    if ! "$ldconfig" -p 2>/dev/null | grep -qE "^[[:space:]]*$(basename "$so") "; then ln -sf "$so" "$prefix/ldpath/"; added+=("$(basename "$so")"); fi
+  done
+  export LD_LIBRARY_PATH="$prefix/ldpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  step_result unpack PASS "$(elapsed "$t0")" "$(($(wc -l <"$carry/debs/MANIFEST.tsv") - 1)) .debs into $prefix; on LD_LIBRARY_PATH: ${added[*]:-none}"
+}
+
+find_nccl_root() {
+  [[ -n $nccl_root ]] && return
+  nccl_root=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0])' 2>/dev/null)
+  if [[ -z $nccl_root || ! -f $nccl_root/include/nccl.h ]] || ! ls "$nccl_root"/lib/libnccl.so* >/dev/null 2>&1; then
+    ((no_gpu)) && { nccl_root=; return; }  # the self-test builds against the toolkit's NCCL
+    die "NCCL: python3's nvidia-nccl wheel (nvidia.nccl with include/nccl.h and lib/libnccl.so.2) not found (got '$nccl_root'); --nccl-root DIR names another"
+  fi
+}
+
+configure_and_build() {
+  local t0=$SECONDS
+  find_nccl_root
+  local args=(-S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+              -DCMAKE_PREFIX_PATH="$prefix/usr" -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config"
+              -DCMAKE_CUDA_COMPILER="$nvcc" -DTRAINRT_WITH_CUDA=ON -DTRAINRT_WITH_NCCL=ON
+              -DTRAINRT_WITH_SLURM=OFF -DTRAINRT_WITH_PMIX=OFF -DTRAINRT_WITH_GLOO=OFF
+              # Debian keeps some headers in the multiarch folder (hwloc/autogen/config.h), which
+              # the compiler searches only under /usr: the prefix's one goes first.
+              -DCMAKE_CXX_FLAGS="-isystem $prefix/usr/include/$MULTIARCH"
+              -DCMAKE_CUDA_FLAGS="-isystem $prefix/usr/include/$MULTIARCH"
+              # Open MPI is only the peer of a CPU benchmark: never part of this check, on any machine.
+              -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON)
+  [[ -n $nccl_root ]] && args+=(-DNCCL_ROOT="$nccl_root")
+  fresh_dir "$build" .gpu-check-build
+  if ! cmake "${args[@]}" >"$logs/configure.log" 2>&1; then
+    step_result configure FAIL "$(elapsed "$t0")" "see configure.log: $(grep -m1 -A2 'CMake Error' "$logs/configure.log" | tr '\n' ' ')"
+    return 1
+  fi
+  step_result configure PASS "$(elapsed "$t0")" "$(grep -E 'train-runtime part (CUDA|NCCL)' "$logs/configure.log" | sed 's/.*part //' | tr -s ' ' | paste -sd ';')"
+  t0=$SECONDS
+  # shellcheck disable=SC2086  # --targets is a list of ninja targets
+  if ! timeout "$(remaining)" ninja -C "$build" -j "$jobs" $targets >"$logs/build.log" 2>&1; then
+    step_result build FAIL "$(elapsed "$t0")" "see build.log: $(grep -m1 -E 'error|FAILED' "$logs/build.log")"
+    return 1
+  fi
+  step_result build PASS "$(elapsed "$t0")" "ninja -j$jobs ${targets:-(all)}"
+  # Every program built must find every library it needs (carried ones included).
+  local exe bad=()
+  while IFS= read -r exe; do
+    [[ $(head -c 4 "$exe" | tr -d '\177') == ELF ]] || continue
+    ldd "$exe" 2>/dev/null | grep -q "not found" && bad+=("$(basename "$exe"): $(ldd "$exe" | grep 'not found' | awk '{print $1}' | paste -sd,)")
+  done < <(find "$build" -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*')
+  if ((${#bad[@]})); then step_result libraries FAIL 0 "${bad[*]}"; return 1; fi
+  step_result libraries PASS 0 "every built program resolves its libraries"
+}
+
+gpu_tests() {
+  local t0=$SECONDS listed missing=() name
+  listed=$(ctest --test-dir "$build" -N -L gpu 2>&1)
+  for name in "${EXPECTED_GPU_TESTS[@]}"; do grep -qE "Test +#[0-9]+: $name\$" <<<"$listed" || missing+=("$name"); done
+  if ((${#missing[@]})); then step_result gpu-tests FAIL 0 "not registered: ${missing[*]}"; return; fi
+  timeout "$(remaining)" ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 \
+    --output-junit "$logs/gpu-tests.xml" >"$logs/gpu-tests.log" 2>&1
+  local rc=$? counts
+  counts=$(python3 - "$logs/gpu-tests.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+try:
+    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+except Exception as e:
+    print(f"0 0 0 0 no-junit:{e}"); sys.exit()
+run = fail = skip = 0; names = []
+for c in cases:
+    run += 1
+    if c.get("status") == "fail" or c.find("failure") is not None: fail += 1; names.append(c.get("name") + ":failed")
+    elif c.get("status") in ("notrun", "disabled") or c.find("skipped") is not None: skip += 1; names.append(c.get("name") + ":skipped")
+print(run, fail, skip, run - fail - skip, ",".join(names) or "-")
+PY
+)
+  read -r n nfail nskip npass bad <<<"$counts"
+  if [[ $rc -eq 0 && $nfail == 0 && $nskip == 0 && $n -ge ${#EXPECTED_GPU_TESTS[@]} ]]; then
+    step_result gpu-tests PASS "$(elapsed "$t0")" "$npass of $n passed, 0 skipped"
+  else step_result gpu-tests FAIL "$(elapsed "$t0")" "ctest exit $rc; $n run, $nfail failed, $nskip skipped ($bad)"; fi
+}
+
+# A program that must exit 0 (77, "no device", is a failure here).
+must_pass() {
+  local name=$1 log=$2 t0=$SECONDS; shift 2
+  timeout "$(remaining)" "$@" >"$logs/$log" 2>&1
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then step_result "$name" PASS "$(elapsed "$t0")" "$log"
+  else step_result "$name" FAIL "$(elapsed "$t0")" "exit $rc$([[ $rc -eq 124 ]] && echo ' (time budget)'); $log: $(tail -1 "$logs/$log")"; fi
+}
+
+# The GPU tests' programs (not the shell-script ones) as ctest runs them, one per line: env, then
+# the command, tab-separated; plus a short trainer run that also restores a device checkpoint.
+sanitizer_targets() {
+  ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+import json, sys
+for t in json.load(sys.stdin).get("tests", []):
+    cmd = t.get("command") or []
+    if not cmd or cmd[0].endswith(("bash", "sh")):
+        continue
+    env = [v for p in t.get("properties", []) if p.get("name") == "ENVIRONMENT" for v in p.get("value", [])]
+    print(t["name"] + "\t" + " ".join(env) + "\t" + "\t".join(cmd))'
+}
+
+sanitize() {
+  local sanitizer tool line name env cmd t0 rc per log errors
+  sanitizer=$(command -v compute-sanitizer || echo "$cuda_root/bin/compute-sanitizer")
+  local trainer=$build/slurm_examples/trainer/train-mlp work=$logs/sanitizer-trainer
+  mapfile -t lines < <(sanitizer_targets)
+  lines+=("train-mlp.fresh	NCCL_SOCKET_IFNAME=lo	$trainer	--device	cuda	--steps	8	--ckpt-every	4	--ckpt-dir	$work/c	--out	$work/o")
+  lines+=("train-mlp.resume	NCCL_SOCKET_IFNAME=lo	$trainer	--device	cuda	--steps	12	--ckpt-every	4	--ckpt-dir	$work/c	--out	$work/o")
+  ((${#lines[@]} > 2)) || step_result sanitizer FAIL 0 "no GPU test programs found to run under compute-sanitizer"
+  for tool in memcheck racecheck; do
+    for line in "${lines[@]}"; do
+      IFS=$'\t' read -r name env cmd <<<"$line"
+      IFS=$'\t' read -r -a cmd <<<"$cmd"
+      t0=$SECONDS per=$(($(remaining) - 10)); ((per > 240)) && per=240
+      log=sanitizer-$tool-$name.log
+      if ((per < 20)); then step_result "$tool $name" "NOT RUN" 0 "time budget spent"; continue; fi
+      # shellcheck disable=SC2086  # env is a list of NAME=VALUE words
+      timeout "$per" env $env "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 --report-api-errors no "${cmd[@]}" >"$logs/$log" 2>&1
+      rc=$?
+      errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard[s]?' "$logs/$log" | tail -1)
+      if [[ $rc -eq 0 ]]; then step_result "$tool $name" PASS "$(elapsed "$t0")" "${errors:-no summary line}"
+      else step_result "$tool $name" FAIL "$(elapsed "$t0")" "exit $rc$([[ $rc -eq 124 ]] && echo " (over ${per} s)"); ${errors:-$(tail -1 "$logs/$log")}"; fi
+    done
+  done
+}
+
+write_report() {
+  local report=$out/gpu-check-report.md r name status secs note
+  {
+    echo "# gpu-check report"
+    echo
+    echo "- verdict: **$( ((failed)) && echo FAIL || echo PASS)**$( ((no_gpu)) && echo ' (--no-gpu: the GPU steps were not run)')"
+    echo "- when: $(date -u +%FT%TZ), $SECONDS s in all; commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo ' (with local changes)')"
+    echo "- machine: $(nproc) cores; ${gpu_line:-no GPU}; $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/^/driver /')"
+    echo "- tools: $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' | sed 's/^/CUDA /'); $(cmake --version | head -1); ninja $(ninja --version); $(python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
+    echo "- NCCL: ${nccl_root:-(the CUDA toolkit NCCL)}; prefix: $prefix; build: $build"
+    echo
+    echo "| step | result | s | note |"
+    echo "|---|---|---|---|"
+    for r in "${results[@]}"; do
+      IFS='|' read -r name status secs note <<<"$r"
+      echo "| $name | $status | $secs | ${note//|//} |"
+    done
+    echo
+    echo "## Carried packages"
+    echo '```'
+    column -t -s $'\t' "$carry/debs/MANIFEST.tsv" 2>/dev/null | cut -c1-140 || cat "$carry/debs/MANIFEST.tsv"
+    echo '```'
+    for f in gpu-tests.log kernels-bench.log kernels-torch.log trainer-resume.log; do
+      [[ -f $logs/$f ]] || continue
+      echo "## $f (last 60 lines)"
+      echo '```'
+      tail -n 60 "$logs/$f"
+      echo '```'
+    done
+    if grep -l "FAIL\|ERROR" "$logs"/sanitizer-*.log >/dev/null 2>&1; then
+      echo "## compute-sanitizer findings (first 40 lines of each failing log)"
+      for f in "$logs"/sanitizer-*.log; do
+        grep -q "ERROR SUMMARY: 0 error\|RACECHECK SUMMARY: 0 hazard" "$f" && continue
+        echo "### $(basename "$f")"; echo '```'; head -n 40 "$f"; echo '```'
+      done
+    fi
+  } >"$report"
+  tar -czf "$out/gpu-check-logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null
+  say "report: $report (logs: $out/gpu-check-logs.tar.gz)"
+}
+
+run() {
+  carry=$repo/gpu-carry prefix=/opt/trainrt-deps build=$repo/build-gpu-check out=${OUT:-$repo/gpu-check-out}
+  jobs=$(nproc) budget=540 no_gpu=0 targets="" nccl_root="" failed=0 gpu_line=""
+  while (($#)); do
+    case $1 in
+      --out) out=$2; shift 2 ;;
+      --carry) carry=$2; shift 2 ;;
+      --prefix) prefix=$2; shift 2 ;;
+      --build) build=$2; shift 2 ;;
+      --jobs) jobs=$2; shift 2 ;;
+      --budget) budget=$2; shift 2 ;;
+      --targets) targets=$2; shift 2 ;;
+      --nccl-root) nccl_root=$2; shift 2 ;;
+      --no-gpu) no_gpu=1; shift ;;
+      *) die "run: unknown argument '$1'" ;;
+    esac
+  done
+  [[ $prefix == / || -z $prefix ]] && die "the prefix must not be / (the carried packages never go into the system)"
+  [[ $(uname -m) == x86_64 ]] || die "the carried .debs are amd64; this machine is $(uname -m)"
+  ((no_gpu)) || require_gpu
+  preflight
+  mkdir -p "$out" || die "cannot create $out"
+  logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)/logs && mkdir -p "$logs"
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}  # one machine: keep NCCL off other interfaces
+  unpack_carry
+  if configure_and_build && ((!no_gpu)); then
+    gpu_tests
+    must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
+    # PyTorch with its own libraries: nothing of the prefix on its library path.
+    must_pass kernels-torch kernels-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$repo/benchmarks/kernels_torch.py"
+    must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
+      "$build/slurm_examples/trainer/train-mlp" cuda 120
+    sanitize
+  fi
+  write_report
+  ((failed)) && { say "FAILED (see the report)"; exit 1; }
+  ((no_gpu)) && say "the steps before the GPU ones passed (--no-gpu: nothing ran on a GPU)" || say "all passed"
+}
+
+case ${1:-} in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
