@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config git
-  libhwloc-dev hwloc libfmt-dev nlohmann-json3-dev libpugixml-dev libcli11-dev catch2 python3
+  libhwloc-dev hwloc libhwloc-plugins libfmt-dev nlohmann-json3-dev libpugixml-dev libcli11-dev catch2 python3
   # checkpoint checksums (XXH3)
   libxxhash-dev
   # the SPANK plugin and the real local Slurm cluster its tests run on

@@ -85,13 +85,23 @@ class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
       : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()) {
-    if (address.empty()) {
-      const char* node = std::getenv("SLURMD_NODENAME");
-      char host[256] = {};
-      ::gethostname(host, sizeof host - 1);
-      address = node && *node ? node : host;
+    // The data network's interface when one is named (the plugin's TRAINRT_IFNAME, or Gloo's own
+    // GLOO_SOCKET_IFNAME): a node name may resolve to loopback or a management network.
+    const char* ifname = std::getenv("TRAINRT_IFNAME");
+    if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    gloo::transport::tcp::attr attr;
+    if (address.empty() && ifname && *ifname) {
+      attr.iface = ifname;
+      address = fmt::format("interface {}", ifname);
+    } else {
+      if (address.empty()) {
+        const char* node = std::getenv("SLURMD_NODENAME");
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        address = node && *node ? node : host;
+      }
+      attr.hostname = address;
     }
-    gloo::transport::tcp::attr attr(address.c_str());
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
       auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));

@@ -20,6 +20,7 @@
 
 #include "fd.hpp"
 #include "host_communicator.hpp"
+#include "trainrt/cpu_relax.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/reduce.hpp"
 
@@ -207,7 +208,7 @@ class ShmCommunicator final : public HostCommunicator {
       unsigned spins = 0;
       while ((ctl(r).*field).load(std::memory_order_acquire) < seq) {
         if (++spins < spins_before_yield_) {
-          __builtin_ia32_pause();
+          cpu_relax();
           continue;
         }
         sched_yield();  // more ranks than cores is normal on small nodes

@@ -79,8 +79,10 @@ int option_callback(int, const char* optarg, int remote) noexcept {
   return guarded("the option callback", -1, [&] {
     State& s = state();
     s.option_given = true;
-    // An optional argument given without a value arrives twice in slurmstepd (NULL, then "").
-    s.option_text = optarg ? optarg : "";
+    // An optional argument given without a value arrives twice in slurmstepd (NULL, then ""); a
+    // bare `#SBATCH --train-runtime` reaches the job's sruns as the text "(null)" (Slurm 22.05
+    // formats the NULL into the environment variable it passes options in).
+    s.option_text = optarg && std::string_view(optarg) != "(null)" ? optarg : "";
     UserOptions o = parse_user_options(s.option_text);
     if (o.help && !remote) {
       std::fputs(user_help().c_str(), stdout);

@@ -63,12 +63,12 @@ for f in "${topologies[@]}"; do
   want=$("$topo" $flag "$xml" --tasks "$gpus" --format json)
   for mode in gpus-per-node gpus-per-task; do
     count=$gpus; [[ $mode == gpus-per-task ]] && count=1
-    out=$(srun -n "$gpus" -c "$c" --$mode="$count" --train-runtime bash -c "$task_env" 2>&1)
+    out=$(timeout 180 srun -n "$gpus" -c "$c" --$mode="$count" --train-runtime bash -c "$task_env" 2>&1)
     if res=$(check_env "$out" "$want" "$mode"); then pass "$f, --$mode: one NCCL_IB_HCA of the rail ports; own GPU at LOCAL_RANK ($res)"
     else fail "$f --$mode" "$res" "$(head -20 <<<"$out")"; fi
   done
   if [[ $f == hwloc-lenovo* ]]; then
-    out=$(srun -N 1 -n 1 -c 8 --gpus-per-node="$gpus" --train-runtime bash -c 'echo "L ${RANK:-none} ${LOCAL_RANK:-none} $TRAINRT_LAUNCHER $CUDA_VISIBLE_DEVICES $NCCL_IB_HCA"' 2>&1)
+    out=$(timeout 180 srun -N 1 -n 1 -c 8 --gpus-per-node="$gpus" --train-runtime bash -c 'echo "L ${RANK:-none} ${LOCAL_RANK:-none} $TRAINRT_LAUNCHER $CUDA_VISIBLE_DEVICES $NCCL_IB_HCA"' 2>&1)
     if [[ $out == "L none none 1 0,1,2,3 =mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1" ]]; then
       pass "a launcher step (one task holding 4 GPUs): no per-rank variables, Slurm's GPUs, the node's rails"
     else fail "launcher step" "$out"; fi
@@ -78,7 +78,7 @@ for f in "${topologies[@]}"; do
       cd "$repo" || exit 1
       [[ $build == "$repo/build" ]] || export TRAINER=$build/slurm_examples/trainer/train-mlp
       jobid=$(sbatch --parsable -N1 -n2 --gpus-per-node=2 slurm_examples/train.sbatch --steps 20)
-      for _ in $(seq 1 600); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.1; done
+      for _ in $(seq 1 1200); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.1; done
       cat "train-$jobid.out" > "$work/sbatch.out" 2>&1
       rm -rf "train-$jobid.out" "run-$jobid"
     )
@@ -92,27 +92,30 @@ done
 bash "$cluster" start --mode live --task-plugin affinity >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 agree='echo "$SLURM_PROCID $TRAINRT_CPUS $(grep Cpus_allowed_list /proc/self/status | cut -f2) $OMP_NUM_THREADS"'
 for bind in cores map_cpu:1,0; do
-  out=$(srun -n 2 --cpu-bind=$bind --train-runtime=policy=numa bash -c "$agree" 2>&1)
+  out=$(timeout 180 srun -n 2 --cpu-bind=$bind --train-runtime=policy=numa bash -c "$agree" 2>&1)
   # TRAINRT_CPUS is the real affinity, OMP_NUM_THREADS its whole cores (one PU per core here).
   if [[ $(wc -l <<<"$out") -eq 2 ]] && awk '$2 != $3 || $4 != 1 {bad=1} END {exit bad}' <<<"$out"; then
     pass "--cpu-bind=$bind: the plugin's CPU variables agree with the affinity Slurm and the plugin left"
   else fail "--cpu-bind=$bind" "$out"; fi
 done
 
-out=$(srun -n 1 --train-runtime=launcher bash -c 'echo "${RANK:-none} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1)
-[[ $out == "none 0-$(($(nproc) - 1))" ]] && pass "launcher: the task keeps every CPU and gets no RANK" || fail "launcher (live)" "$out"
+out=$(timeout 180 srun -n 1 --train-runtime=launcher bash -c 'echo "${RANK:-none} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1)
+plain=$(timeout 180 srun -n 1 bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' 2>&1)
+[[ $out == "none $plain" ]] && pass "launcher: the task keeps the CPUs Slurm gave it ($plain) and gets no RANK" ||
+  fail "launcher (live)" "$out" "without the plugin: $plain"
 
-out=$(srun -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
+out=$(timeout 180 srun -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
 [[ $out == numa ]] && pass "no GPU in the step: the default policy falls back to numa" || fail "policy fallback" "$out"
 
-out=$(OMP_NUM_THREADS=3 srun -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_KEPT' 2>&1)
-over=$(OMP_NUM_THREADS=3 srun -n 1 --train-runtime=env=override bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_OVERRIDDEN' 2>&1)
-if [[ $out == "3 OMP_NUM_THREADS" && $over == "$(nproc) OMP_NUM_THREADS" ]]; then
+out=$(OMP_NUM_THREADS=3 timeout 180 srun -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_KEPT' 2>&1)
+over=$(OMP_NUM_THREADS=3 timeout 180 srun -n 1 --train-runtime=env=override bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_OVERRIDDEN' 2>&1)
+own=$(timeout 180 srun -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS' 2>&1)
+if [[ $out == "3 OMP_NUM_THREADS" && $over == "$own OMP_NUM_THREADS" && $own != 3 ]]; then
   pass "an exported OMP_NUM_THREADS is kept (and said); env=override replaces it"
-else fail "exported tunables" "$out" "$over"; fi
+else fail "exported tunables" "$out" "$over" "plugin's own: $own"; fi
 
 low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
-ports=$(for _ in 1 2 3 4 5 6; do srun -n 1 --train-runtime bash -c 'echo $MASTER_PORT'; done 2>&1)
+ports=$(for _ in 1 2 3 4 5 6; do timeout 60 srun -n 1 --train-runtime bash -c 'echo $MASTER_PORT'; done 2>&1)
 if [[ $(sort -u <<<"$ports" | wc -l) -eq 6 ]] && awk -v low="$low" '$1 >= low || $1 < 1024 {bad=1} END {exit bad}' <<<"$ports"; then
   pass "MASTER_PORT below the ephemeral range ($low) and distinct for 6 jobs"
 else fail "MASTER_PORT" "$ports"; fi
@@ -134,7 +137,10 @@ print(f"TORCH-OK rank {dist.get_rank()} local {local_rank} of {n} via {os.enviro
 dist.destroy_process_group()
 PY
   if bash "$cluster" start --mode live --nodes 2 >/dev/null 2>"$work/start2.log"; then
-    out=$(bash "$cluster" run srun -N 2 -n 4 --train-runtime=policy=numa,bind=off /usr/bin/python3 "$work/ddp.py" 2>&1)
+    # The nodes share this machine's hostname (network namespaces keep the UTS one), which resolves
+    # to loopback: naming the data network (TRAINRT_IFNAME -> GLOO_SOCKET_IFNAME) is what lets
+    # torch's Gloo reach the other node, as on clusters whose hostnames resolve to a management net.
+    out=$(TRAINRT_IFNAME=eth0 timeout 180 bash "$cluster" run srun -N 2 -n 4 --train-runtime=policy=numa,bind=off /usr/bin/python3 "$work/ddp.py" 2>&1)
     if [[ $(grep -c TORCH-OK <<<"$out") -eq 4 ]]; then pass "PyTorch (Debian's) env:// init and allreduce on 2 nodes, LOCAL_RANK read the torchrun way"
     else fail "PyTorch on 2 nodes" "$(tail -15 <<<"$out")"; fi
   else fail "2-node cluster did not start" "$(cat "$work/start2.log")"; fi
