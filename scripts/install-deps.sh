@@ -19,6 +19,8 @@ packages=(
   python3-torch
   # the build (Ninja) and the Debian packages (CPack runs dpkg-shlibdeps from dpkg-dev)
   ninja-build dpkg-dev file
+  # the aarch64 compile check of the portable sources (Grace Hopper nodes)
+  g++-aarch64-linux-gnu
 )
 if [[ ${1:-} == --list ]]; then
   printf '%s\n' "${packages[@]}"
