@@ -123,14 +123,8 @@ void read_pci_side(hwloc_topology_t topo, Node& node) {
     hwloc_obj_t cpu_side = hwloc_get_non_io_ancestor_obj(topo, o);
     if (is_gpu_pci(a.vendor_id, a.class_id)) {
       check_room(node.gpus.size(), kMaxGpus, "GPUs", node.source);
-      Gpu g;
-      g.busid = busid_of(o);
-      g.vendor = a.vendor_id;
-      g.device = a.device_id;
+      Gpu g = make_gpu(node.pci[idx], idx, to_cpuset(cpu_side->cpuset));
       g.model = info(o, "PCIDevice");
-      g.pci = idx;
-      g.numa = node.pci[idx].numa;
-      g.local_cpus = to_cpuset(cpu_side->cpuset);
       for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
         if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
         std::string name = c->name;
@@ -142,19 +136,9 @@ void read_pci_side(hwloc_topology_t topo, Node& node) {
       node.gpus.push_back(std::move(g));
     } else if (is_network_pci(a.class_id)) {
       check_room(node.nics.size(), kMaxNics, "NICs", node.source);
-      Nic n;
-      n.busid = busid_of(o);
-      n.vendor = a.vendor_id;
-      n.device = a.device_id;
-      n.class_id = a.class_id;
+      Nic n = make_nic(node.pci[idx], idx, to_cpuset(cpu_side->cpuset));
       n.model = info(o, "PCIDevice");
-      n.pci = idx;
-      n.numa = node.pci[idx].numa;
-      n.local_cpus = to_cpuset(cpu_side->cpuset);
       if (a.linkspeed > 0) n.pcie_gbytes_s = a.linkspeed;
-      n.link = a.class_id == 0x0207 ? LinkLayer::InfiniBand
-               : a.class_id == 0x0200 ? LinkLayer::Ethernet
-                                      : LinkLayer::Unknown;
       for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling) {
         if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name) continue;
         if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) {

@@ -70,14 +70,7 @@ struct Walker {
       bool vendor_ok = p.vendor == 0 || p.vendor == 0xffff || is_gpu_pci(p.vendor, p.class_id);
       if ((p.class_id >> 8) == 0x03 && vendor_ok) {
         check_room(node.gpus.size(), kMaxGpus, "GPUs", path);
-        Gpu g;
-        g.busid = p.busid;
-        g.vendor = p.vendor;
-        g.device = p.device;
-        g.pci = idx;
-        g.numa = {numa};
-        g.local_cpus = cpus;
-        node.gpus.push_back(std::move(g));
+        node.gpus.push_back(make_gpu(p, idx, cpus));
       } else if (is_network_pci(p.class_id)) {
         add_nic(el, p, idx);
       }
@@ -87,19 +80,8 @@ struct Walker {
 
   void add_nic(const pugi::xml_node& el, const PciNode& p, int idx) {
     check_room(node.nics.size(), kMaxNics, "NICs", path);
-    Nic n;
-    n.busid = p.busid;
-    n.vendor = p.vendor;
-    n.device = p.device;
-    n.class_id = p.class_id;
-    n.pci = idx;
-    n.numa = {numa};
-    n.local_cpus = cpus;
+    Nic n = make_nic(p, idx, cpus);
     n.rdma = true;  // a vendor lists a NIC in an NCCL topology file because NCCL is to use it
-    n.link = p.class_id == 0x0207 ? LinkLayer::InfiniBand
-             : p.vendor == 0x1d0f ? LinkLayer::Efa
-             : p.class_id == 0x0200 ? LinkLayer::Ethernet
-                                    : LinkLayer::Unknown;
     // NCCL's own dumps name the device and its ports: <nic><net name="mlx5_0" port="1"/></nic>.
     for (auto net : el.child("nic").children("net")) {
       if (n.rdma_name.empty()) n.rdma_name = net.attribute("name").value();

@@ -56,6 +56,37 @@ bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id) {
 
 bool is_network_pci(std::uint16_t class_id) { return (class_id >> 8) == 0x02; }
 
+LinkLayer classify_link(std::uint16_t vendor, std::uint16_t device, std::uint16_t class_id) {
+  if (class_id == 0x0207) return LinkLayer::InfiniBand;
+  if (vendor == 0x1d0f && (device == 0 || (device & 0xfff0) == 0xefa0)) return LinkLayer::Efa;
+  if (class_id == 0x0200) return LinkLayer::Ethernet;
+  return LinkLayer::Unknown;
+}
+
+Gpu make_gpu(const PciNode& p, int idx, const CpuSet& local_cpus) {
+  Gpu g;
+  g.busid = p.busid;
+  g.vendor = p.vendor;
+  g.device = p.device;
+  g.pci = idx;
+  g.numa = p.numa;
+  g.local_cpus = local_cpus;
+  return g;
+}
+
+Nic make_nic(const PciNode& p, int idx, const CpuSet& local_cpus) {
+  Nic n;
+  n.busid = p.busid;
+  n.vendor = p.vendor;
+  n.device = p.device;
+  n.class_id = p.class_id;
+  n.link = classify_link(p.vendor, p.device, p.class_id);
+  n.pci = idx;
+  n.numa = p.numa;
+  n.local_cpus = local_cpus;
+  return n;
+}
+
 void check_room(std::size_t have, std::size_t cap, const char* what, const std::string& context) {
   if (have >= cap) throw Error(fmt::format("more than {} {}: beyond what a node model holds", cap, what), context);
 }

@@ -13,6 +13,8 @@ namespace trainrt::topo {
 struct Package {
   unsigned os_index = 0;
   CpuSet cpus;
+
+  bool operator==(const Package&) const = default;
 };
 
 struct NumaNode {
@@ -20,6 +22,8 @@ struct NumaNode {
   CpuSet cpus;
   std::uint64_t memory_bytes = 0;  // 0 when the source does not record it
   int package = -1;                // os index of the package holding it, -1 when unknown
+
+  bool operator==(const NumaNode&) const = default;
 };
 
 struct Core {
@@ -27,6 +31,8 @@ struct Core {
   CpuSet pus;          // hardware threads of this core
   int numa = -1;       // os index of the NUMA node holding it
   int package = -1;
+
+  bool operator==(const Core&) const = default;
 };
 
 // One vertex of the PCIe tree. Host bridges are the roots; `locality` is the NUMA set of the
@@ -42,6 +48,8 @@ struct PciNode {
   std::uint16_t class_id = 0;  // base class << 8 | subclass, e.g. 0x0302
   std::vector<unsigned> numa;  // NUMA os indexes local to this subtree
   int package = -1;
+
+  bool operator==(const PciNode&) const = default;
 };
 
 struct Gpu {
@@ -56,6 +64,8 @@ struct Gpu {
   int pci = -1;                // index into Node::pci
   std::vector<unsigned> numa;  // local NUMA os indexes
   CpuSet local_cpus;
+
+  bool operator==(const Gpu&) const = default;
 };
 
 // Efa: AWS Elastic Fabric Adapter (PCI class Ethernet, but its own RDMA fabric reached via libfabric).
@@ -64,6 +74,8 @@ enum class LinkLayer { InfiniBand, Ethernet, Efa, Unknown };
 struct NicPort {
   unsigned number = 1;
   int state = -1;  // IB verbs port state (4 = ACTIVE) when recorded, -1 otherwise
+
+  bool operator==(const NicPort&) const = default;
 };
 
 struct Nic {
@@ -82,6 +94,8 @@ struct Nic {
   int pci = -1;
   std::vector<unsigned> numa;
   CpuSet local_cpus;
+
+  bool operator==(const Nic&) const = default;
 };
 
 struct Node {
@@ -96,6 +110,8 @@ struct Node {
   std::vector<Nic> nics;             // PCI bus order
   CpuSet all_cpus;
 
+  // Whole-model equality: the cache round trip and the two loaders are compared with it.
+  bool operator==(const Node&) const = default;
   const NumaNode* numa_by_os(unsigned os_index) const;
 };
 
