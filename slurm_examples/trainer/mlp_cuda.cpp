@@ -48,7 +48,10 @@ class DeviceMemory {
   // allocator held); the engine's first synchronisation of that stream covers it.
   DeviceMemory(std::size_t bytes, cudaStream_t stream) : bytes_(bytes) {
     ck(cudaMalloc(&p_, bytes), "cudaMalloc");
-    ck(cudaMemsetAsync(p_, 0, bytes, stream), "cudaMemsetAsync");
+    if (const cudaError_t rc = cudaMemsetAsync(p_, 0, bytes, stream); rc != cudaSuccess) {
+      (void)cudaFree(p_);  // the destructor does not run for a constructor that throws
+      ck(rc, "cudaMemsetAsync");
+    }
   }
   ~DeviceMemory() { (void)cudaFree(p_); }  // cannot throw here; the next checked call reports errors
   DeviceMemory(const DeviceMemory&) = delete;

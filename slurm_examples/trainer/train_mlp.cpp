@@ -234,6 +234,8 @@ void dump_params(const std::string& path, HostParams& params) {
 
 int train(const Options& o) {
   const double run_start = epoch_now();
+  if (o.device == "cuda" && !cuda_engine_built())
+    throw Error("this train-mlp was built without CUDA and cuBLAS: use --device cpu or auto", "--device cuda");
   std::filesystem::create_directories(o.out_dir);
   install_stop_signals();
   auto rt = trainrt::init(init_options(o));
