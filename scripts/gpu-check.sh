@@ -109,15 +109,17 @@ sys.exit("no data.tar member")
 PY
 }
 
+any_exists() { local f; for f in "$@"; do [[ -e $f ]] && return 0; done; return 1; }
+
 preflight() {
   local missing=() t
   for t in cmake ninja python3 c++; do command -v "$t" >/dev/null || missing+=("$t (not on PATH)"); done
   nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) || missing+=("nvcc (not on PATH nor in /usr/local/cuda/bin)")
   if [[ -n ${nvcc:-} ]]; then
     cuda_root=$(cd "$(dirname "$nvcc")/.." && pwd)
-    ls "$cuda_root"/include/cublas_v2.h "$cuda_root"/targets/*/include/cublas_v2.h >/dev/null 2>&1 ||
+    any_exists "$cuda_root"/include/cublas_v2.h "$cuda_root"/targets/*/include/cublas_v2.h ||
       missing+=("cuBLAS headers (cublas_v2.h) in $cuda_root")
-    ls "$cuda_root"/lib64/libcublas.so* "$cuda_root"/targets/*/lib/libcublas.so* >/dev/null 2>&1 ||
+    any_exists "$cuda_root"/lib64/libcublas.so "$cuda_root"/targets/*/lib/libcublas.so ||
       missing+=("libcublas.so in $cuda_root")
   fi
   [[ -f $carry/debs/MANIFEST.tsv ]] || missing+=("$carry/debs/MANIFEST.tsv (run 'scripts/gpu-check.sh prepare' on the CPU machine and carry ${carry#"$repo"/})")
@@ -177,13 +179,13 @@ EOF
 find_nccl_root() {
   [[ -n $nccl_root ]] && return
   nccl_root=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0])' 2>/dev/null)
-  if [[ -z $nccl_root || ! -f $nccl_root/include/nccl.h ]] || ! ls "$nccl_root"/lib/libnccl.so* >/dev/null 2>&1; then
+  if [[ -z $nccl_root || ! -f $nccl_root/include/nccl.h ]] || ! any_exists "$nccl_root"/lib/libnccl.so*; then
     ((no_gpu)) && { nccl_root=; return; }  # the self-test builds against the toolkit's NCCL
     die "NCCL: python3's nvidia-nccl wheel (nvidia.nccl with include/nccl.h and lib/libnccl.so.2) not found (got '$nccl_root'); --nccl-root DIR names another"
   fi
 }
 
-configure_and_build() {
+configure() {
   local t0=$SECONDS
   find_nccl_root
   local args=(-S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -203,29 +205,52 @@ configure_and_build() {
     return 1
   fi
   step_result configure PASS "$(elapsed "$t0")" "$(grep -E 'train-runtime part (CUDA|NCCL)' "$logs/configure.log" | sed 's/.*part //' | tr -s ' ' | paste -sd ';')"
-  t0=$SECONDS
-  # shellcheck disable=SC2086  # --targets is a list of ninja targets
-  if ! timeout "$(remaining)" ninja -C "$build" -j "$jobs" $targets >"$logs/build.log" 2>&1; then
-    step_result build FAIL "$(elapsed "$t0")" "see build.log: $(grep -m1 -E 'error|FAILED' "$logs/build.log")"
+}
+
+# What the GPU steps run, as ninja targets (paths relative to the build folder): every program a
+# GPU test runs or passes to its script, the benchmark and the trainer. Known after configure.
+gpu_targets() {
+  # ctest's JSON leaves out the command of a test whose program is not built yet: the names come
+  # from it, the commands from the CTestTestfile.cmake files configure wrote.
+  ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>/dev/null | python3 -c '
+import glob, json, os, re, sys
+build = os.path.realpath(sys.argv[1])
+names = {t["name"] for t in json.load(sys.stdin).get("tests", [])}
+out = {"tests/perf/kernels-bench", "slurm_examples/trainer/train-mlp"}
+for f in glob.glob(os.path.join(build, "**", "CTestTestfile.cmake"), recursive=True):
+    for line in open(f, errors="replace"):
+        m = re.match(r"add_test\(\[=\[(.*?)\]=\]\s+(.*)\)\s*$", line.strip())
+        if not m or m.group(1) not in names:
+            continue
+        for word in re.findall(r"\"([^\"]*)\"", m.group(2)):
+            real = os.path.realpath(word)
+            if real.startswith(build + "/"):
+                out.add(os.path.relpath(real, build))
+print(" ".join(sorted(out)))' "$build"
+}
+
+# build_step NAME TARGETS...: ninja (no targets: all), then every program built must find every
+# library it needs, carried ones included.
+build_step() {
+  local name=$1 t0=$SECONDS exe bad=(); shift
+  if ! timeout "$(remaining)" ninja -C "$build" -j "$jobs" "$@" >"$logs/$name.log" 2>&1; then
+    step_result "$name" FAIL "$(elapsed "$t0")" "see $name.log: $(grep -m1 -E 'error|FAILED|unknown target' "$logs/$name.log")"
     return 1
   fi
-  step_result build PASS "$(elapsed "$t0")" "ninja -j$jobs ${targets:-(all)}"
-  # Every program built must find every library it needs (carried ones included).
-  local exe bad=()
   while IFS= read -r exe; do
     [[ $(head -c 4 "$exe" | tr -d '\177') == ELF ]] || continue
     ldd "$exe" 2>/dev/null | grep -q "not found" && bad+=("$(basename "$exe"): $(ldd "$exe" | grep 'not found' | awk '{print $1}' | paste -sd,)")
   done < <(find "$build" -type f -perm -u+x ! -name '*.so*' ! -path '*/CMakeFiles/*')
-  if ((${#bad[@]})); then step_result libraries FAIL 0 "${bad[*]}"; return 1; fi
-  step_result libraries PASS 0 "every built program resolves its libraries"
+  if ((${#bad[@]})); then step_result "$name" FAIL "$(elapsed "$t0")" "libraries not found: ${bad[*]}"; return 1; fi
+  step_result "$name" PASS "$(elapsed "$t0")" "ninja -j$jobs ${*:-(everything)}; every program built finds its libraries"
 }
 
 gpu_tests() {
   local t0=$SECONDS listed missing=() name
-  listed=$(ctest --test-dir "$build" -N -L gpu 2>&1)
+  listed=$(ctest --test-dir "$build" -N -L '^gpu$' 2>&1)
   for name in "${EXPECTED_GPU_TESTS[@]}"; do grep -qE "Test +#[0-9]+: $name\$" <<<"$listed" || missing+=("$name"); done
   if ((${#missing[@]})); then step_result gpu-tests FAIL 0 "not registered: ${missing[*]}"; return; fi
-  timeout "$(remaining)" ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 \
+  timeout "$(remaining)" ctest --test-dir "$build" -L '^gpu$' --output-on-failure --timeout 300 \
     --output-junit "$logs/gpu-tests.xml" >"$logs/gpu-tests.log" 2>&1
   local rc=$? counts
   counts=$(python3 - "$logs/gpu-tests.xml" <<'PY'
@@ -257,31 +282,37 @@ must_pass() {
   else step_result "$name" FAIL "$(elapsed "$t0")" "exit $rc$([[ $rc -eq 124 ]] && echo ' (time budget)'); $log: $(tail -1 "$logs/$log")"; fi
 }
 
-# The GPU tests' programs (not the shell-script ones) as ctest runs them, one per line: env, then
-# the command, tab-separated; plus a short trainer run that also restores a device checkpoint.
+# The GPU tests' programs (not the shell-script ones) as ctest runs them, one per line: name, env
+# and the command's words, separated by US (0x1f: empty fields survive, unlike with a tab).
+US=$'\x1f'
 sanitizer_targets() {
-  ctest --test-dir "$build" -L gpu --show-only=json-v1 2>/dev/null | python3 -c '
+  ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>/dev/null | python3 -c '
 import json, sys
 for t in json.load(sys.stdin).get("tests", []):
     cmd = t.get("command") or []
     if not cmd or cmd[0].endswith(("bash", "sh")):
         continue
     env = [v for p in t.get("properties", []) if p.get("name") == "ENVIRONMENT" for v in p.get("value", [])]
-    print(t["name"] + "\t" + " ".join(env) + "\t" + "\t".join(cmd))'
+    print("\x1f".join([t["name"], " ".join(env)] + cmd))'
 }
 
+# compute-sanitizer memcheck and racecheck over those programs and a short trainer run on the GPU
+# that also restores a device checkpoint (its own folders per tool).
 sanitize() {
-  local sanitizer tool line name env cmd t0 rc per log errors
+  local sanitizer tool line name env t0 rc per log errors work runs cmd=()
   sanitizer=$(command -v compute-sanitizer || echo "$cuda_root/bin/compute-sanitizer")
-  local trainer=$build/slurm_examples/trainer/train-mlp work=$logs/sanitizer-trainer
+  local trainer=$build/slurm_examples/trainer/train-mlp
   mapfile -t lines < <(sanitizer_targets)
-  lines+=("train-mlp.fresh	NCCL_SOCKET_IFNAME=lo	$trainer	--device	cuda	--steps	8	--ckpt-every	4	--ckpt-dir	$work/c	--out	$work/o")
-  lines+=("train-mlp.resume	NCCL_SOCKET_IFNAME=lo	$trainer	--device	cuda	--steps	12	--ckpt-every	4	--ckpt-dir	$work/c	--out	$work/o")
-  ((${#lines[@]} > 2)) || step_result sanitizer FAIL 0 "no GPU test programs found to run under compute-sanitizer"
+  ((${#lines[@]})) || step_result sanitizer FAIL 0 "no GPU test programs found to run under compute-sanitizer"
   for tool in memcheck racecheck; do
-    for line in "${lines[@]}"; do
-      IFS=$'\t' read -r name env cmd <<<"$line"
-      IFS=$'\t' read -r -a cmd <<<"$cmd"
+    work=$logs/sanitizer-trainer-$tool
+    runs=("${lines[@]}")
+    for steps in 8 12; do
+      runs+=("$( ((steps == 8)) && echo train-mlp.fresh || echo train-mlp.resume)${US}NCCL_SOCKET_IFNAME=lo${US}$trainer${US}--device${US}cuda${US}--steps${US}$steps${US}--ckpt-every${US}4${US}--ckpt-dir${US}$work/c${US}--out${US}$work/o")
+    done
+    for line in "${runs[@]}"; do
+      IFS=$US read -r -a cmd <<<"$line"
+      name=${cmd[0]} env=${cmd[1]} cmd=("${cmd[@]:2}")
       t0=$SECONDS per=$(($(remaining) - 10)); ((per > 240)) && per=240
       log=sanitizer-$tool-$name.log
       if ((per < 20)); then step_result "$tool $name" "NOT RUN" 0 "time budget spent"; continue; fi
@@ -361,7 +392,11 @@ run() {
   logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)/logs && mkdir -p "$logs"
   export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}  # one machine: keep NCCL off other interfaces
   unpack_carry
-  if configure_and_build && ((!no_gpu)); then
+  local gpu_parts=()
+  if ((no_gpu)); then
+    # shellcheck disable=SC2086  # --targets is a list of ninja targets
+    configure && build_step build $targets
+  elif configure && read -r -a gpu_parts <<<"$(gpu_targets)" && build_step build-gpu-parts "${gpu_parts[@]}"; then
     gpu_tests
     must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
     # PyTorch with its own libraries: nothing of the prefix on its library path.
@@ -369,6 +404,8 @@ run() {
     must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
       "$build/slurm_examples/trainer/train-mlp" cuda 120
     sanitize
+    # The rest of the tree last: a compile error elsewhere must not cost the GPU results.
+    build_step build-rest
   fi
   write_report
   ((failed)) && { say "FAILED (see the report)"; exit 1; }
@@ -378,5 +415,6 @@ run() {
 case ${1:-} in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
+  gpu-targets) build=$(cd "${2:?gpu-targets BUILD_DIR}" && pwd) && gpu_targets ;;  # for the self-test
   *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

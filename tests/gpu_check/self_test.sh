@@ -61,9 +61,15 @@ targets=$(objects)
 out=$(bash "$check" run --no-gpu --carry "$work/carry" --prefix "$work/prefix" --build "$work/build" --out "$work/out" \
       --jobs "$jobs" --budget 3000 --targets "$targets" 2>&1); rc=$?
 if [[ $rc -eq 0 && -s $work/out/gpu-check-report.md && -s $work/out/gpu-check-logs.tar.gz ]] &&
-   grep -q "configure: PASS" <<<"$out" && grep -q "build: PASS" <<<"$out" && grep -q "libraries: PASS" <<<"$out"; then
+   grep -q "configure: PASS" <<<"$out" && grep -q "build: PASS.*every program built finds its libraries" <<<"$out"; then
   pass "run --no-gpu: unpacked, configured (CUDA, NCCL on; Slurm, PMIx, Gloo off), built, report written"
 else fail "run --no-gpu (exit $rc)" "$out" "$(tar -xOzf "$work/out/gpu-check-logs.tar.gz" logs/build.log 2>/dev/null | grep -m3 -B2 error)"; fi
+# What the GPU run builds first: every program the GPU tests run, found before any is built.
+want="slurm_examples/trainer/train-mlp tests/checkpoint/test_device_checkpoint tests/kernels/test_gpu_kernels tests/perf/kernels-bench tests/runtime/nccl_mp"
+got=$(bash "$check" gpu-targets "$work/build" 2>&1)
+missing=$(for w in $want; do grep -qw -- "$w" <<<"$got" || echo "$w"; done)
+if [[ -z $missing ]]; then pass "the GPU run builds first: $got"
+else fail "gpu-targets misses: $missing" "$got"; fi
 topo=$work/build/topology/trainrt-topo
 if [[ -x $topo ]] && ldd "$topo" | grep -q "libhwloc.so.15 => $work/prefix/" && ldd "$topo" | grep -q "libpugixml.so.1 => $work/prefix/" &&
    "$topo" --help >/dev/null 2>&1; then
