@@ -12,6 +12,7 @@
 
 #include "trainrt/error.hpp"
 #include "trainrt/strings.hpp"
+#include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
 #include "trainrt/topology/render.hpp"
@@ -82,6 +83,12 @@ int run(int argc, char** argv) {
   auto* xml_opt = app.add_option("--xml", xml, "hwloc XML file (1.x or 2.x) instead of the live machine");
   auto* nccl_opt = app.add_option("--nccl-xml", nccl_xml, "NCCL topology file (NCCL_TOPO_FILE format)");
   xml_opt->excludes(nccl_opt);
+  std::string write_cache, cache;
+  auto* write_opt = app.add_option("--write-cache", write_cache,
+                                   "write the digested topology cache to this absolute path (as root, once per boot; "
+                                   "the plugin reads " + std::string(kDefaultCachePath) + ") and exit");
+  auto* cache_opt = app.add_option("--cache", cache, "read the node from this topology cache; an unusable one is an error");
+  write_opt->excludes(cache_opt);
   app.add_option("--tasks", tasks, "local ranks to place (default: one per allowed GPU, else 1)");
   app.add_option("--gpus", gpus, "allowed GPUs: indexes in PCI order (0,2-3) or PCI bus ids (default: all)");
   app.add_option("--cpus", cpus, "allowed CPUs (PU OS indexes, e.g. 0-23,48-71; default: all)");
@@ -103,7 +110,24 @@ int run(int argc, char** argv) {
     throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env", format), "--format");
   PlacementRequest req;
   req.policy = parse_policy(policy);
-  Node node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
+  const std::string source_file = !xml.empty() ? xml : nccl_xml;
+  if (!write_cache.empty()) {
+    CachedNode cached;
+    cached.stamp = current_stamp(source_file, true);
+    cached.node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
+    write_cache_file(cached, write_cache);
+    fmt::print("wrote {} ({} GPUs, {} NICs, source {})\n", write_cache, cached.node.gpus.size(), cached.node.nics.size(),
+               cached.stamp.source);
+    return 0;
+  }
+  Node node;
+  if (!cache.empty()) {
+    CachedNode cached = read_cache_file(cache);
+    check_fresh(cached.stamp, current_stamp(source_file, false), cache);
+    node = std::move(cached.node);
+  } else {
+    node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
+  }
   if (req.policy == Policy::Rail && node.gpus.empty())
     throw trainrt::Error("no GPUs found, so policy rail has nothing to place (use --policy numa for CPU-only ranks)",
                          node.source);

@@ -1,0 +1,240 @@
+// The topology cache's files and staleness: what a step checks before trusting the cached Node,
+// and the fallback to a real load when it must not.
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <hwloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "file_checks.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/topology/cache.hpp"
+#include "trainrt/topology/load.hpp"
+
+namespace trainrt::topo {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+class Dir {
+ public:
+  explicit Dir(const char* path) : d_(::opendir(path)) {}
+  ~Dir() {
+    if (d_) ::closedir(d_);
+  }
+  Dir(const Dir&) = delete;
+  Dir& operator=(const Dir&) = delete;
+  DIR* get() const { return d_; }
+
+ private:
+  DIR* d_;
+};
+
+// A small sysfs/procfs text (a boot id, a port state), or "" when it cannot be read.
+std::string read_small(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return {};
+  char buf[128];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n <= 0) return {};
+  std::string s(buf, static_cast<std::size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Entry names of a directory, sorted, without . and .. (at most 65536: sysfs lists are far shorter).
+std::vector<std::string> list_dir(const std::string& path) {
+  std::vector<std::string> out;
+  Dir d(path.c_str());
+  if (!d.get()) return out;
+  while (dirent* e = ::readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    out.emplace_back(e->d_name);
+    if (out.size() >= 65536) break;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// What in sysfs changes the Node without a reboot: PCI devices (hot plug, SR-IOV VFs), network
+// interface names (a NIC renamed) and RDMA devices with their port states (a port down).
+void device_set(CacheStamp& s) {
+  std::uint64_t h = fnv1a64("devices-v1");
+  std::uint32_t n = 0;
+  auto add = [&](const std::string& item) {
+    h = fnv1a64(item, h);
+    h = fnv1a64(std::string_view("\n", 1), h);
+    ++n;
+  };
+  for (const auto& d : list_dir("/sys/bus/pci/devices")) add("pci:" + d);
+  for (const auto& d : list_dir("/sys/class/net")) add("net:" + d);
+  for (const auto& dev : list_dir("/sys/class/infiniband")) {
+    const std::string ports = "/sys/class/infiniband/" + dev + "/ports";
+    for (const auto& p : list_dir(ports)) add("ib:" + dev + "/" + p + ":" + read_small(ports + "/" + p + "/state"));
+  }
+  s.devices_hash = h;
+  s.devices_count = n;
+}
+
+std::string hwloc_runtime_version() {
+  const unsigned v = hwloc_get_api_version();
+  return fmt::format("{}.{}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff);
+}
+
+std::int64_t ns(const struct timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+// A directory or file a cache may be trusted from: root's or ours, and nobody else may write it.
+void check_owner_mode(const struct stat& st, const std::string& what, const std::string& path) {
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    throw Error(fmt::format("{} is owned by uid {}, neither root nor this user", what, st.st_uid), path);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw Error(fmt::format("{} is writable by group or others (mode {:o})", what, st.st_mode & 07777), path);
+}
+
+std::string parent_of(const std::string& path) {
+  std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+}  // namespace
+
+CacheStamp current_stamp(const std::string& xml_path, bool with_content_hash) {
+  CacheStamp s;
+  s.boot_id = read_small("/proc/sys/kernel/random/boot_id");
+  s.hwloc_version = hwloc_runtime_version();
+  if (xml_path.empty()) {
+    s.source = "live";
+    device_set(s);  // a file's Node does not depend on this machine's devices
+    return s;
+  }
+  s.source = xml_path;
+  struct stat st {};
+  if (::stat(xml_path.c_str(), &st) != 0)
+    throw Error(fmt::format("cannot stat topology file: {}", std::strerror(errno)), xml_path);
+  s.file_dev = st.st_dev, s.file_ino = st.st_ino, s.file_size = static_cast<std::uint64_t>(st.st_size);
+  s.file_mtime_ns = ns(st.st_mtim), s.file_ctime_ns = ns(st.st_ctim);
+  if (with_content_hash) s.file_hash = fnv1a64(read_topology_file(xml_path));
+  return s;
+}
+
+void check_fresh(const CacheStamp& have, const CacheStamp& want, const std::string& path) {
+  auto stale = [&](const char* what) { throw Error(fmt::format("stale topology cache: {} changed", what), path); };
+  if (have.source != want.source) throw Error("topology cache describes another source", path);
+  if (have.boot_id.empty() || have.boot_id != want.boot_id) stale("the boot id (the machine rebooted)");
+  if (have.hwloc_version != want.hwloc_version) stale("the hwloc version");
+  if (have.devices_hash != want.devices_hash || have.devices_count != want.devices_count)
+    stale("the set of PCI devices, network interfaces or RDMA port states");
+  if (have.file_dev != want.file_dev || have.file_ino != want.file_ino || have.file_size != want.file_size ||
+      have.file_mtime_ns != want.file_mtime_ns || have.file_ctime_ns != want.file_ctime_ns)
+    stale("the topology file");
+}
+
+CachedNode read_cache_file(const std::string& path) {
+  if (path.empty() || path.front() != '/') throw Error("the topology cache path must be absolute", path);
+  const std::string dir = parent_of(path);
+  struct stat dst {};
+  if (::lstat(dir.c_str(), &dst) != 0)
+    throw Error(fmt::format("cannot stat the cache directory: {}", std::strerror(errno)), dir);
+  if (!S_ISDIR(dst.st_mode)) throw Error("the cache directory is not a directory (or is a link)", dir);
+  check_owner_mode(dst, "the cache directory", dir);
+
+  // O_NOFOLLOW: a link is refused, not followed; O_NONBLOCK: a FIFO cannot hang the step.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
+  if (fd.get() < 0) throw Error(fmt::format("cannot open topology cache: {}", std::strerror(errno)), path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw Error(fmt::format("cannot stat topology cache: {}", std::strerror(errno)), path);
+  if (!S_ISREG(st.st_mode)) throw Error("topology cache is not a regular file", path);
+  check_owner_mode(st, "topology cache", path);
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxCacheBytes)
+    throw Error(fmt::format("topology cache is {} bytes, more than the {} MiB limit", st.st_size, kMaxCacheBytes >> 20),
+                path);
+  // One byte more than fstat said, so a file growing under us is caught rather than cut.
+  std::string bytes(static_cast<std::size_t>(st.st_size) + 1, '\0');
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("cannot read topology cache: {}", std::strerror(errno)), path);
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got != static_cast<std::size_t>(st.st_size)) throw Error("topology cache changed size while being read", path);
+  bytes.resize(got);
+  return decode_cache(bytes, path);
+}
+
+void write_cache_file(const CachedNode& cached, const std::string& path) {
+  if (path.empty() || path.front() != '/') throw Error("the topology cache path must be absolute", path);
+  const std::string bytes = encode_cache(cached);
+  const std::string dir = parent_of(path);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw Error(fmt::format("cannot create the cache directory: {}", std::strerror(errno)), dir);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (fd.get() < 0) throw Error(fmt::format("cannot create topology cache: {}", std::strerror(errno)), tmp);
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: {}", what, std::strerror(err)), tmp);
+  };
+  if (::fchmod(fd.get(), 0644) != 0) fail("cannot set the cache's mode");  // whatever the umask
+  for (std::size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("cannot write topology cache");
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail("cannot sync topology cache");
+  if (::close(fd.release()) != 0) fail("cannot close topology cache");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot put the topology cache in place");
+}
+
+namespace {
+
+Node load_cached_or(const std::string& xml_path, std::string* note, const std::string& cache_path) {
+  if (note) note->clear();
+  try {
+    CachedNode cached = read_cache_file(cache_path);
+    check_fresh(cached.stamp, current_stamp(xml_path, false), cache_path);
+    return std::move(cached.node);
+  } catch (const Error& e) {
+    // No cache at all is the normal state of a node whose admin did not write one: no note.
+    struct stat st {};
+    const bool absent = ::lstat(cache_path.c_str(), &st) != 0 && errno == ENOENT;
+    if (note && !absent) *note = fmt::format("topology cache not used, discovering instead: {}", e.what());
+  }
+  return xml_path.empty() ? load_live() : load_file(xml_path);
+}
+
+}  // namespace
+
+Node load_cached_or_live(std::string* note, const std::string& cache_path) {
+  return load_cached_or("", note, cache_path);
+}
+
+Node load_cached_or_file(const std::string& xml_path, std::string* note, const std::string& cache_path) {
+  return load_cached_or(xml_path, note, cache_path);
+}
+
+}  // namespace trainrt::topo
