@@ -36,8 +36,8 @@ struct Writer {
   }
 
   void nic(const SynthNic& n, const std::string& indent) {
-    out += fmt::format("{}<object type=\"PCIDev\" gp_index=\"{}\" pci_busid=\"{}\" pci_type=\"{:04x} [15b3:101b] [15b3:0000] 00\" pci_link_speed=\"24.6\">\n",
-                       indent, gp++, n.busid, n.class_id);
+    out += fmt::format("{}<object type=\"PCIDev\" gp_index=\"{}\" pci_busid=\"{}\" pci_type=\"{:04x} [{:04x}:{:04x}] [{:04x}:0000] 00\" pci_link_speed=\"24.6\">\n",
+                       indent, gp++, n.busid, n.class_id, n.vendor, n.device, n.vendor);
     if (!n.rdma_name.empty()) {
       out += fmt::format("{}  <object type=\"OSDev\" gp_index=\"{}\" name=\"{}\" osdev_type=\"3\">\n", indent, gp++, n.rdma_name);
       for (unsigned p = 1; p <= n.ports; ++p) out += fmt::format("{}    <info name=\"Port{}State\" value=\"4\"/>\n", indent, p);

@@ -13,6 +13,8 @@ struct SynthNic {
   std::string netdev;         // network interface name; empty = none
   std::uint16_t class_id = 0x0207;  // 0x0207 InfiniBand, 0x0200 Ethernet
   unsigned ports = 1;
+  std::uint16_t vendor = 0x15b3;    // Mellanox; 0x1d0f Amazon (device 0xefa0 EFA, 0xec20 ENA)
+  std::uint16_t device = 0x101b;
 };
 
 // Devices under one PCIe switch (an upstream bridge with one downstream bridge per device).
