@@ -1,0 +1,302 @@
+// From what the ranks left behind to one verdict: a mismatched collective, a hang (who never
+// arrived, who waited), a failure without a collective, stragglers, or healthy.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "trainrt/doctor/doctor.hpp"
+
+namespace trainrt::doctor {
+
+namespace {
+
+const std::string kUnknown = "unknown node";
+
+// Digits at s[pos...]: the number, and pos moved past them. Bounded to 9 digits.
+std::optional<std::uint64_t> number_at(const std::string& s, std::size_t& pos) {
+  std::size_t end = pos;
+  while (end < s.size() && end - pos < 9 && s[end] >= '0' && s[end] <= '9') ++end;
+  if (end == pos) return std::nullopt;
+  std::uint64_t v = 0;
+  std::from_chars(s.data() + pos, s.data() + end, v);
+  pos = end;
+  return v;
+}
+
+std::optional<double> decimal_after(const std::string& s, const std::string& key) {
+  const auto at = s.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const char* b = s.data() + at + key.size();
+  double v = 0;
+  auto [p, ec] = std::from_chars(b, s.data() + s.size(), v);
+  if (ec != std::errc() || !std::isfinite(v) || v < 0) return std::nullopt;
+  return v;
+}
+
+// Ranks a collective's error message names as absent. The host backends say "waiting for rank(s)
+// 1,3", "rank 2 (pid 77) died", "aborted because rank 2 failed" (shm_communicator.cpp).
+std::vector<unsigned> ranks_named(const std::string& reason, unsigned max_rank) {
+  std::vector<unsigned> out;
+  auto keep = [&](std::optional<std::uint64_t> r) {
+    if (r && *r < max_rank && out.size() < 64) out.push_back(static_cast<unsigned>(*r));
+  };
+  if (auto at = reason.find("waiting for rank(s) "); at != std::string::npos) {
+    std::size_t pos = at + 20;
+    while (out.size() < 64) {
+      keep(number_at(reason, pos));
+      while (pos < reason.size() && reason[pos] == ' ') ++pos;
+      if (pos < reason.size() && reason[pos] == ',') {
+        ++pos;
+        while (pos < reason.size() && reason[pos] == ' ') ++pos;
+        continue;
+      }
+      break;
+    }
+  }
+  if (auto at = reason.find("because rank "); at != std::string::npos) {
+    std::size_t pos = at + 13;
+    keep(number_at(reason, pos));
+  }
+  for (std::size_t at = reason.find(" died"); at != std::string::npos && at > 0; at = reason.find(" died", at + 1)) {
+    // "... rank 2 (pid 77) died": the last "rank " before " died".
+    const auto r = reason.rfind("rank ", at);
+    if (r == std::string::npos) break;
+    std::size_t pos = r + 5;
+    keep(number_at(reason, pos));
+  }
+  return out;
+}
+
+// How long a rank waited, from its own report: "timed out after N ms", "in flight for X s", or
+// NCCL's "did not complete within N ms"; else the flight file's time minus its last step's.
+double waited_seconds(const RankData& rd) {
+  if (auto ms = decimal_after(rd.reason, "timed out after ")) return *ms / 1000;
+  if (auto s = decimal_after(rd.reason, "in flight for ")) return *s;
+  if (auto ms = decimal_after(rd.reason, "did not complete within ")) return *ms / 1000;
+  // An estimate only where both clocks look like one run's (within a day of each other).
+  if (rd.flight_mtime && rd.last_wall && *rd.flight_mtime >= *rd.last_wall && *rd.flight_mtime - *rd.last_wall < 86400)
+    return *rd.flight_mtime - *rd.last_wall;
+  return -1;
+}
+
+std::string node_or_unknown(const std::string& n) { return n.empty() ? kUnknown : n; }
+
+bool usable_flight(const RankData& rd) { return rd.have_flight && !rd.flight_stale; }
+
+// The first sequence number that two ranks recorded as different collectives.
+bool find_mismatch(const RunData& run, Verdict& v) {
+  struct First {
+    std::string op;
+    std::uint64_t bytes;
+    unsigned rank;
+  };
+  std::map<std::uint64_t, First> first;
+  std::optional<std::uint64_t> bad_seq;
+  for (const auto& rd : run.ranks) {
+    if (!usable_flight(rd)) continue;
+    for (const auto& op : rd.ops) {
+      auto [it, inserted] = first.try_emplace(op.seq, First{op.op, op.bytes, rd.rank});
+      if (!inserted && (it->second.op != op.op || it->second.bytes != op.bytes) && (!bad_seq || op.seq < *bad_seq))
+        bad_seq = op.seq;
+    }
+  }
+  if (!bad_seq) return false;
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<unsigned>> variants;
+  for (const auto& rd : run.ranks) {
+    if (!usable_flight(rd)) continue;
+    for (const auto& op : rd.ops)
+      if (op.seq == *bad_seq) {
+        auto& ranks = variants[{op.op, op.bytes}];
+        ranks.push_back(rd.rank);
+        if (!v.collective) v.collective = op;
+      }
+  }
+  for (const auto& [key, ranks] : variants) {
+    std::string list;
+    for (std::size_t i = 0; i < ranks.size() && i < 16; ++i) list += fmt::format("{}{}", i ? "," : "", ranks[i]);
+    if (ranks.size() > 16) list += fmt::format(",... ({} ranks)", ranks.size());
+    v.mismatches.push_back(fmt::format("rank(s) {}: {} {} B", list, key.first, key.second));
+  }
+  v.kind = Kind::Mismatch;
+  v.summary = fmt::format("mismatched collectives at #{}: the ranks called different operations ({} variants): a "
+                          "program bug, not a node fault",
+                          *bad_seq, variants.size());
+  return true;
+}
+
+std::string rank_list(const std::vector<RankNode>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size() && i < 8; ++i)
+    s += fmt::format("{}{} ({})", i ? ", " : "", v[i].rank, node_or_unknown(v[i].node));
+  if (v.size() > 8) s += fmt::format(", ... {} in all", v.size());
+  return s;
+}
+
+void find_hang(const RunData& run, const Options& opt, Verdict& v) {
+  std::map<unsigned, const RankData*> by_rank;
+  for (const auto& rd : run.ranks) by_rank[rd.rank] = &rd;
+  const auto node_of = [&](unsigned r) {
+    auto it = by_rank.find(r);
+    return it == by_rank.end() ? std::string() : it->second->node;
+  };
+  // The collective the ranks diverged at: the newest any rank was waiting in, else the one after
+  // the newest completed.
+  std::uint64_t seq = 0;
+  bool any_in_flight = false;
+  for (const auto& rd : run.ranks) {
+    if (!usable_flight(rd)) continue;
+    if (rd.in_flight) {
+      seq = any_in_flight ? std::max(seq, *rd.in_flight) : *rd.in_flight;
+      any_in_flight = true;
+    } else if (!any_in_flight) {
+      seq = std::max(seq, rd.last_completed + 1);
+    }
+  }
+  std::set<unsigned> never;
+  for (const auto& rd : run.ranks) {
+    if (!usable_flight(rd)) continue;
+    if (rd.in_flight && *rd.in_flight == seq) {
+      v.waited.push_back({rd.rank, rd.node, rd.reason, waited_seconds(rd)});
+      for (unsigned r : ranks_named(rd.reason, opt.limits.max_rank))
+        if (r != rd.rank && (!run.world || r < *run.world) && never.insert(r).second)
+          v.never_arrived.push_back({r, node_of(r), fmt::format("named by rank {}: {}", rd.rank, rd.reason)});
+      for (const auto& op : rd.ops)
+        if (op.seq == seq && !v.collective) v.collective = op;
+    } else if (rd.last_completed < seq && never.insert(rd.rank).second) {
+      v.never_arrived.push_back(
+          {rd.rank, rd.node,
+           fmt::format("its flight recorder stops after #{}{}", rd.last_completed,
+                       rd.reason.empty() ? std::string() : "; it says: " + rd.reason)});
+    }
+  }
+  // Ranks whose metrics stop two or more steps before the others' never reached the collectives
+  // in between (one step apart is a normal kill between the allreduce and the metrics line).
+  std::uint64_t newest = 0;
+  for (const auto& rd : run.ranks)
+    if (rd.last_step) newest = std::max(newest, *rd.last_step);
+  for (const auto& rd : run.ranks) {
+    if (rd.ended || usable_flight(rd) || never.count(rd.rank)) continue;
+    const std::uint64_t last = rd.last_step.value_or(0);
+    if (rd.have_metrics && rd.attempts && last + 2 <= newest && never.insert(rd.rank).second)
+      v.never_arrived.push_back({rd.rank, rd.node, fmt::format("its metrics stop at step {}, others reached {}", last, newest)});
+  }
+  // Others waited and nobody was named: the ranks with no flight recorder are the suspects.
+  if (v.never_arrived.empty() && !v.waited.empty()) {
+    std::set<unsigned> waiting;
+    for (const auto& w : v.waited) waiting.insert(w.rank);
+    const std::uint64_t world = run.world.value_or(run.ranks.empty() ? 0 : run.ranks.back().rank + 1ull);
+    for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank) && v.never_arrived.size() < 4096; ++r)
+      if (!waiting.count(static_cast<unsigned>(r)))
+        v.never_arrived.push_back({static_cast<unsigned>(r), node_of(static_cast<unsigned>(r)),
+                                   "presumed: no flight recorder while the others waited"});
+  }
+  if (v.waited.empty() && v.never_arrived.empty()) return;
+  v.kind = Kind::Hang;
+  std::string where = v.collective ? fmt::format("collective #{} {} ({} B)", seq, v.collective->op, v.collective->bytes)
+                     : seq > 0     ? fmt::format("collective #{}", seq)
+                                   : fmt::format("step {} (no flight recorder)", newest + 1);
+  if (!v.collective && seq > 0) v.collective = OpRecord{seq, "?", 0, 0, std::nullopt};
+  v.summary = fmt::format("hang at {}: never arrived: {}; waited: {}", where,
+                          v.never_arrived.empty() ? std::string("none found") : rank_list(v.never_arrived),
+                          v.waited.empty() ? std::string("none recorded") : rank_list(v.waited));
+}
+
+void find_stragglers(const RunData& run, const Options& opt, Verdict& v) {
+  if (run.ranks.empty()) return;
+  const unsigned top = run.ranks.back().rank;  // bounded by max_rank when read
+  std::vector<double> per_rank(top + 1ull, std::nan(""));
+  std::vector<std::string> nodes(top + 1ull);
+  for (const auto& rd : run.ranks) {
+    nodes[rd.rank] = rd.node;
+    if (!rd.compute_s.empty()) per_rank[rd.rank] = median_of(rd.compute_s);
+  }
+  v.median_compute_s = median_of(per_rank);
+  v.stragglers = detect_stragglers(per_rank, nodes, opt.straggler_threshold, opt.straggler_min_excess_s);
+  if (v.stragglers.empty()) return;
+  v.kind = Kind::Stragglers;
+  std::string list;
+  for (std::size_t i = 0; i < v.stragglers.size() && i < 8; ++i)
+    list += fmt::format("{}{} ({}, +{:.0f}%)", i ? ", " : "", v.stragglers[i].rank, node_or_unknown(v.stragglers[i].node),
+                        v.stragglers[i].excess * 100);
+  if (v.stragglers.size() > 8) list += fmt::format(", ... {} in all", v.stragglers.size());
+  v.summary = fmt::format("no hang; straggler(s), compute time per step above the median {:.3f} ms by more than {:.0f}%: {}",
+                          v.median_compute_s * 1e3, opt.straggler_threshold * 100, list);
+}
+
+}  // namespace
+
+const char* to_string(Kind k) {
+  switch (k) {
+    case Kind::Healthy: return "healthy";
+    case Kind::Hang: return "hang";
+    case Kind::Mismatch: return "mismatch";
+    case Kind::Failure: return "failure";
+    case Kind::Stragglers: return "stragglers";
+    case Kind::BadInput: return "bad-input";
+  }
+  return "?";
+}
+
+int exit_code(const Verdict& v) {
+  switch (v.kind) {
+    case Kind::Healthy: return 0;
+    case Kind::BadInput: return 2;
+    default: return 1;
+  }
+}
+
+Verdict diagnose(const RunData& run, const Options& opt) {
+  Verdict v;
+  v.notes = run.notes;
+  if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
+  v.world = run.world;
+  v.ranks_read = run.ranks.size();
+  const bool readable = std::any_of(run.ranks.begin(), run.ranks.end(),
+                                    [](const RankData& rd) { return rd.attempts > 0 || usable_flight(rd); });
+  if (!readable) {
+    v.kind = Kind::BadInput;
+    v.summary = "no rank's metrics or flight recorder could be read";
+    return v;
+  }
+  std::size_t unnamed = 0;
+  for (const auto& rd : run.ranks) unnamed += rd.node.empty();
+  if (unnamed)
+    v.notes.push_back(fmt::format("{} rank(s) name no node in their files (the trainer's start event carries \"node\")", unnamed));
+
+  if (!find_mismatch(run, v)) find_hang(run, opt, v);
+  if (v.kind == Kind::Healthy) {
+    const bool any_flight = std::any_of(run.ranks.begin(), run.ranks.end(), usable_flight);
+    if (any_flight) {
+      v.kind = Kind::Failure;
+      v.summary = "flight recorders were dumped but name no hung collective; see the ranks' reasons";
+      for (const auto& rd : run.ranks)
+        if (usable_flight(rd)) v.waited.push_back({rd.rank, rd.node, rd.reason, -1});
+    } else {
+      find_stragglers(run, opt, v);
+    }
+  }
+  for (const auto& n : v.never_arrived)
+    if (!n.node.empty()) v.culprit_nodes.push_back(n.node);
+  std::sort(v.culprit_nodes.begin(), v.culprit_nodes.end());
+  v.culprit_nodes.erase(std::unique(v.culprit_nodes.begin(), v.culprit_nodes.end()), v.culprit_nodes.end());
+  if (v.kind == Kind::Healthy) {
+    std::size_t running = 0;
+    for (const auto& rd : run.ranks) running += rd.attempts && !rd.ended;
+    v.summary = running ? fmt::format("no hang, mismatch or straggler found; {} rank(s) have not ended (still running, "
+                                      "stopped for a requeue, or killed without a flight recorder)",
+                                      running)
+                        : "healthy: every rank ended, no straggler";
+    // A clean bill needs complete input: with unreadable parts the answer is "could not tell".
+    if (!run.notes.empty()) {
+      v.kind = Kind::BadInput;
+      v.summary = fmt::format("no problem found in what could be read, but {} input problem(s) (notes)", v.notes.size());
+    }
+  }
+  return v;
+}
+
+}  // namespace trainrt::doctor

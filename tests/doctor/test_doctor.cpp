@@ -1,0 +1,280 @@
+// trainrt-doctor's library on crafted run folders: healthy, hung, mismatched, straggling, and
+// damaged in the ways a killed rank or a hostile file damages them.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "fixture.hpp"
+#include "trainrt/doctor/doctor.hpp"
+#include "trainrt/error.hpp"
+
+using namespace doctor_test;
+using namespace trainrt::doctor;
+
+namespace {
+
+void healthy_world(const RunDir& d, unsigned world, unsigned steps = 20) {
+  for (unsigned r = 0; r < world; ++r)
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, r < world / 2 ? "nodeA" : "nodeB", world, steps, 0.010, 0.002));
+}
+
+bool has_note(const Verdict& v, const std::string& part) {
+  for (const auto& n : v.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a healthy run is healthy, exit 0") {
+  RunDir d;
+  healthy_world(d, 4);
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(v.kind == Kind::Healthy);
+  CHECK(exit_code(v) == 0);
+  CHECK(v.notes.empty());
+  CHECK(v.world == 4u);
+  CHECK(v.culprit_nodes.empty());
+}
+
+TEST_CASE("one rank never arrived at collective N: named with its node, the others waited") {
+  RunDir d;
+  healthy_world(d, 4, 4);
+  for (unsigned r = 0; r < 4; ++r)
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, r < 2 ? "nodeA" : "nodeB", 4, 4, 0.01, 0.002, false));
+  for (unsigned r = 0; r < 3; ++r) d.write(fmt::format("flight_rank{}.json", r), flight(r, 4, 5, timeout_reason(r, 5, "3")));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Hang);
+  CHECK(exit_code(v) == 1);
+  REQUIRE(v.collective);
+  CHECK(v.collective->seq == 5);
+  CHECK(v.collective->op == "allreduce(grads)");
+  CHECK(v.collective->bytes == 4096);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 3);
+  CHECK(v.never_arrived[0].node == "nodeB");
+  REQUIRE(v.waited.size() == 3);
+  CHECK(v.waited[0].seconds == Approx(10.0));
+  CHECK(v.culprit_nodes == std::vector<std::string>{"nodeB"});
+  const std::string text = format_text(v);
+  CHECK(text.find("never arrived: rank 3 on nodeB") != std::string::npos);
+  CHECK(text.find("exclude on rerun: nodeB") != std::string::npos);
+}
+
+TEST_CASE("a rank whose own recorder stops earlier never arrived; without any naming the silent rank is presumed") {
+  RunDir d;
+  for (unsigned r = 0; r < 3; ++r) d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, fmt::format("n{}", r), 3, 6, 0.01, 0.002, false));
+  SECTION("its own watchdog dumped it") {
+    d.write("flight_rank0.json", flight(0, 6, 7, "step 7: nccl: allreduce did not complete within 30000 ms"));
+    d.write("flight_rank1.json", flight(1, 6, 7, "step 7: nccl: allreduce did not complete within 30000 ms"));
+    d.write("flight_rank2.json", flight(2, 6, std::nullopt, "watchdog: no step progress for 32.0 s (timeout 32000 ms)"));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    REQUIRE(v.kind == Kind::Hang);
+    REQUIRE(v.never_arrived.size() == 1);
+    CHECK(v.never_arrived[0].rank == 2);
+    CHECK(v.never_arrived[0].node == "n2");
+    CHECK(v.waited.size() == 2);
+    CHECK(v.waited[0].seconds == Approx(30.0));
+  }
+  SECTION("no flight file and no name: presumed") {
+    d.write("flight_rank0.json", flight(0, 6, 7, "step 7: lost connection"));
+    d.write("flight_rank1.json", flight(1, 6, 7, "step 7: lost connection"));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    REQUIRE(v.kind == Kind::Hang);
+    REQUIRE(v.never_arrived.size() == 1);
+    CHECK(v.never_arrived[0].rank == 2);
+    CHECK(v.never_arrived[0].evidence.find("presumed") != std::string::npos);
+    CHECK(v.culprit_nodes == std::vector<std::string>{"n2"});
+  }
+  SECTION("a dead rank named by its peers") {
+    d.write("flight_rank0.json", flight(0, 6, 7, "step 7: shm: rank 0: allreduce #7 (arrive): rank 1 (pid 4242) died"));
+    d.write("flight_rank2.json", flight(2, 6, 7, "step 7: shm: rank 2: allreduce #7 (arrive) aborted because rank 1 failed"));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    REQUIRE(v.never_arrived.size() == 1);
+    CHECK(v.never_arrived[0].rank == 1);
+    CHECK(v.culprit_nodes == std::vector<std::string>{"n1"});
+  }
+}
+
+TEST_CASE("mismatched ops across ranks: the first differing sequence number, every variant") {
+  RunDir d;
+  healthy_world(d, 2, 5);
+  d.write("flight_rank0.json", flight(0, 6, 7, "step 7: mismatched", "allreduce(grads)", 4096));
+  d.write("flight_rank1.json", flight(1, 6, 7, "step 7: mismatched", "broadcast(params)", 8));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Mismatch);
+  CHECK(exit_code(v) == 1);
+  REQUIRE(v.collective);
+  CHECK(v.mismatches.size() == 2);
+  CHECK(v.culprit_nodes.empty());  // a program bug: excluding a node would not help
+}
+
+TEST_CASE("a straggler: compute time (step minus allreduce), not step time, names it") {
+  RunDir d;
+  // Every rank's step takes 15 ms; rank 2 spends 12 of them computing, the others wait for it.
+  for (unsigned r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, fmt::format("node{}", r), 4, 30, slow ? 0.012 : 0.006, slow ? 0.003 : 0.009));
+  }
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Stragglers);
+  CHECK(exit_code(v) == 1);
+  REQUIRE(v.stragglers.size() == 1);
+  CHECK(v.stragglers[0].rank == 2);
+  CHECK(v.stragglers[0].node == "node2");
+  CHECK(v.stragglers[0].excess == Approx(1.0));
+  CHECK(v.culprit_nodes.empty());
+  Options loose;
+  loose.straggler_threshold = 1.5;
+  CHECK(diagnose(d.path, loose).kind == Kind::Healthy);
+}
+
+TEST_CASE("truncated files: a cut flight recorder is not used, a cut metrics line is said") {
+  RunDir d;
+  healthy_world(d, 3, 4);
+  for (unsigned r = 0; r < 3; ++r) d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 3, 4, 0.01, 0.002, false));
+  d.append("metrics_rank1.jsonl", R"({"event":"step","step":5,"wall":12.)");
+  const std::string f = flight(1, 4, 5, timeout_reason(1, 5, "2"));
+  d.write("flight_rank0.json", flight(0, 4, 5, timeout_reason(0, 5, "2")));
+  d.write("flight_rank1.json", f.substr(0, f.size() / 2));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(has_note(v, "metrics_rank1.jsonl: last line cut short"));
+  CHECK(has_note(v, "flight_rank1.json: not complete JSON"));
+  REQUIRE(v.kind == Kind::Hang);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 2);
+}
+
+TEST_CASE("a missing rank file: said, and no clean bill of health (exit 2)") {
+  RunDir d;
+  healthy_world(d, 4);
+  std::filesystem::remove(d.path / "metrics_rank3.jsonl");
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(has_note(v, "1 rank(s) of 4 left no file: 3"));
+  CHECK(v.kind == Kind::BadInput);
+  CHECK(exit_code(v) == 2);
+}
+
+TEST_CASE("files naming different world sizes or ranks are reported, the majority used") {
+  RunDir d;
+  healthy_world(d, 3);
+  d.write("metrics_rank2.jsonl", metrics(2, "n", 8, 20, 0.010, 0.002));
+  d.write("flight_rank1.json", flight(0, 4, 5, "x"));  // names rank 0 inside rank 1's file
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(v.world == 3u);
+  CHECK(has_note(v, "different world sizes: 3 (2 ranks), 8 (1 ranks)"));
+  CHECK(has_note(v, "flight_rank1.json: names rank 0, the file name rank 1"));
+  CHECK(exit_code(v) == 2);
+}
+
+TEST_CASE("a rerun appends: only the last attempt counts, and an older flight file is stale") {
+  RunDir d;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (unsigned r = 0; r < 2; ++r) {
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 2, 5, 0.01, 0.002, false, 1000));
+    // The rerun started after the flight files below were written, and ended cleanly.
+    d.append(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 2, 5, 0.01, 0.002, true, now + 3600, 6));
+  }
+  d.write("flight_rank0.json", flight(0, 4, 5, timeout_reason(0, 5, "1")));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(has_note(v, "flight_rank0.json: written before the rank's last start"));
+  CHECK(v.never_arrived.empty());
+  CHECK(v.kind == Kind::BadInput);  // the note keeps it from a clean bill; no hang is claimed
+}
+
+TEST_CASE("huge and garbage numbers are bounded, never allocated for") {
+  RunDir d;
+  SECTION("world sizes far beyond any cluster") {
+    for (unsigned r = 0; r < 2; ++r)
+      d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 2, 5, 0.01, 0.002));
+    d.append("metrics_rank0.jsonl", R"({"event":"start","wall":1,"world":18446744073709551615,"node":"n"})" "\n");
+    d.append("metrics_rank1.jsonl", R"({"event":"start","wall":1,"world":18446744073709551615,"node":"n"})" "\n");
+    const auto t0 = std::chrono::steady_clock::now();
+    const Verdict v = diagnose(d.path);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    INFO(format_text(v));
+    CHECK(has_note(v, "above the 65536 ranks read"));
+    CHECK(exit_code(v) == 2);
+  }
+  SECTION("garbage values, names and nesting") {
+    d.write("metrics_rank0.jsonl", std::string(R"({"event":"start","wall":1e999,"world":-5})") + "\n" +
+                                       R"({"event":"step","step":1.5e300,"step_s":-1})" + "\n" + std::string(200000, '[') +
+                                       "\n" + std::string(100000, 'x') + "\n" + "\x01\xff\xfe\n");
+    d.write("flight_rank99999999999.json", "{}");
+    d.write("flight_rank007.json", "{}");
+    d.write("flight_rank0.json", R"({"rank":0,"reason":"r","last_completed":1e400,"in_flight":-1,"ops":[{"seq":"x"},)"
+                                 R"({"seq":18446744073709551616,"bytes":1,"start_s":0},{"seq":1,"bytes":1,"start_s":1e308}]})");
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    CHECK(has_note(v, "flight_rank99999999999.json: not a rank file name"));
+    CHECK(has_note(v, "flight_rank007.json: not a rank file name"));
+    CHECK(has_note(v, "longer than"));
+    CHECK(exit_code(v) != 0);
+  }
+  SECTION("a flight file with more ops than kept, and one larger than allowed") {
+    std::string ops;
+    for (int i = 1; i <= 20000; ++i)
+      ops += fmt::format(R"({}{{"seq":{},"op":"allreduce","bytes":8,"start_s":1,"end_s":2}})", i > 1 ? "," : "", i);
+    d.write("flight_rank0.json", fmt::format(R"({{"rank":0,"reason":"x","last_completed":20000,"in_flight":null,"ops":[{}]}})", ops));
+    d.write("metrics_rank0.jsonl", metrics(0, "n", 1, 3, 0.01, 0));
+    Options o;
+    auto run = read_run(d.path, o.limits);
+    REQUIRE(run.ranks.size() == 1);
+    CHECK(run.ranks[0].ops.size() == o.limits.max_ops);
+    CHECK(run.ranks[0].ops.back().seq == 20000);
+    o.limits.max_flight_bytes = 1000;
+    CHECK(has_note(diagnose(d.path, o), "more than the 1000 a flight recorder may have"));
+  }
+}
+
+TEST_CASE("bad input: no directory throws, an empty one is exit 2") {
+  CHECK_THROWS_AS(read_run("/nonexistent/doctor/dir"), trainrt::Error);
+  RunDir d;
+  const Verdict v = diagnose(d.path);
+  CHECK(v.kind == Kind::BadInput);
+  CHECK(exit_code(v) == 2);
+}
+
+TEST_CASE("output: text escapes control bytes, JSON stays valid UTF-8") {
+  CHECK(escape_text("a\nb\x1b[2Jc\\") == "a\\x0ab\\x1b[2Jc\\x5c");
+  CHECK(escape_text("n\xc3\xa9ud") == "n\xc3\xa9ud");       // valid UTF-8 kept
+  CHECK(escape_text("\xc2\x9b" "x") == "\\xc2\\x9bx");     // C1 control (CSI) escaped
+  CHECK(escape_text("\xff\xc3") == "\\xff\\xc3");           // invalid and cut sequences escaped
+  RunDir d;
+  for (unsigned r = 0; r < 2; ++r)
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, R"(bad\u001b[2J node\u0007\u00e9)", 2, 3, 0.01, 0.002, false));
+  d.write("flight_rank0.json", flight(0, 3, 4, timeout_reason(0, 4, "1") + "\\n\\u001b[31m"));
+  const Verdict v = diagnose(d.path);
+  const std::string text = format_text(v);
+  for (char c : text) CHECK((c == '\n' || static_cast<unsigned char>(c) >= 0x20));
+  CHECK(text.find("bad\\x1b[2J node\\x07\xc3\xa9") != std::string::npos);
+  for (const auto& n : v.notes) CHECK(n.find("not a JSON object") == std::string::npos);
+  const std::string json = format_json(v);
+  const auto parsed = nlohmann::json::parse(json);  // throws on invalid UTF-8
+  CHECK(parsed["verdict"] == "hang");
+  CHECK(parsed["never_arrived"][0]["rank"] == 1);
+  CHECK(parsed["exit_code"] == 1);
+}
+
+TEST_CASE("JSON output replaces bytes that are not UTF-8 instead of failing") {
+  Verdict v;
+  v.kind = Kind::Hang;
+  v.summary = "cut \xc3";
+  v.never_arrived.push_back({1, "node\xff\xfe", "evidence \x80", -1});
+  v.notes.push_back("note \xed\xa0\x80");  // an encoded surrogate
+  const auto parsed = nlohmann::json::parse(format_json(v));
+  CHECK(parsed["never_arrived"][0]["node"] == "node\xef\xbf\xbd\xef\xbf\xbd");
+  CHECK(parsed["exit_code"] == 1);
+}

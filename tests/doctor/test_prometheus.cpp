@@ -1,0 +1,102 @@
+// The Prometheus textfile writer: format, escaping, refused names, atomic replacement.
+// With an argument, writes a sample file there (for prom_parse.py, which parses it with the
+// prometheus_client package's own parser).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "trainrt/doctor/prometheus.hpp"
+#include "trainrt/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+trainrt::TrainingGauges sample_gauges() {
+  trainrt::TrainingGauges g;
+  g.job = "12345";
+  g.node = "node\"2\\\n";  // every character the format escapes
+  g.rank = 0;
+  g.step = 200;
+  g.samples_per_s = 51234.5;
+  g.step_p50_s = 0.0121;
+  g.step_p99_s = 0.0305;
+  g.allreduce_s = 0.0021;
+  g.allreduce_busbw_gbs = 3.25;
+  g.ckpt_stall_s = 0.004;
+  g.ckpt_persist_s = 0.35;
+  g.goodput = 0.93;
+  g.restarts = 1;
+  g.stragglers = 2;
+  return g;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("exposition text: HELP and TYPE once per name, labels escaped, values exact") {
+  const auto text = trainrt::prometheus_text(trainrt::training_samples(sample_gauges()));
+  CHECK(text.find("# TYPE trainrt_step gauge\n") != std::string::npos);
+  CHECK(text.find("# TYPE trainrt_restarts_total counter\n") != std::string::npos);
+  CHECK(text.find(R"(trainrt_step{job="12345",node="node\"2\\\n",rank="0"} 200)" "\n") != std::string::npos);
+  CHECK(text.find(R"(trainrt_step_seconds_p99{job="12345",node="node\"2\\\n",rank="0"} 0.0305)") != std::string::npos);
+  CHECK(text.find("trainrt_stragglers{") != std::string::npos);
+  // grouped: two samples of one name share one header
+  std::vector<trainrt::PromSample> two{{"x_a", "h", "gauge", {{"rank", "0"}}, 1}, {"x_b", "h", "gauge", {}, 2},
+                                       {"x_a", "h", "gauge", {{"rank", "1"}}, 3}};
+  CHECK(trainrt::prometheus_text(two) ==
+        "# HELP x_a h\n# TYPE x_a gauge\nx_a{rank=\"0\"} 1\nx_a{rank=\"1\"} 3\n# HELP x_b h\n# TYPE x_b gauge\nx_b 2\n");
+  // optional gauges left out
+  trainrt::TrainingGauges bare;
+  CHECK(trainrt::training_samples(bare).size() == 2);  // step and restarts
+}
+
+TEST_CASE("bad metric or label names and types are refused") {
+  CHECK_THROWS_AS(trainrt::prometheus_text({{"1bad", "h", "gauge", {}, 1}}), trainrt::UsageError);
+  CHECK_THROWS_AS(trainrt::prometheus_text({{"a b", "h", "gauge", {}, 1}}), trainrt::UsageError);
+  CHECK_THROWS_AS(trainrt::prometheus_text({{"ok", "h", "summary", {}, 1}}), trainrt::UsageError);
+  CHECK_THROWS_AS(trainrt::prometheus_text({{"ok", "h", "gauge", {{"__reserved", "x"}}, 1}}), trainrt::UsageError);
+  CHECK_THROWS_AS(trainrt::prometheus_text({{"ok", "h", "gauge", {{"a:b", "x"}}, 1}}), trainrt::UsageError);
+  CHECK(trainrt::prometheus_text({{"ok", "h", "gauge", {}, NAN}}).find("ok NaN") != std::string::npos);
+}
+
+TEST_CASE("the file is replaced atomically, no temporary left behind") {
+  const fs::path dir = fs::temp_directory_path() / ("prom-test-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string path = (dir / "trainrt.prom").string();
+  trainrt::write_prometheus_textfile(path, trainrt::training_samples(sample_gauges()));
+  auto g = sample_gauges();
+  g.step = 201;
+  trainrt::write_prometheus_textfile(path, trainrt::training_samples(g));
+  CHECK(slurp(path).find("} 201\n") != std::string::npos);
+  std::size_t files = 0;
+  for (auto& e : fs::directory_iterator(dir)) files += (void(e), 1);
+  CHECK(files == 1);
+  CHECK_THROWS_AS(trainrt::write_prometheus_textfile((dir / "no" / "such.prom").string(), {}), trainrt::Error);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("quantile by nearest rank") {
+  CHECK(trainrt::quantile({}, 0.5) == 0);
+  CHECK(trainrt::quantile({3, 1, 2}, 0.5) == 2);
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  CHECK(trainrt::quantile(v, 0.99) == 99);
+  CHECK(trainrt::quantile(v, 1.0) == 100);
+  CHECK(trainrt::quantile(v, 0.0) == 1);
+  CHECK(trainrt::quantile({NAN, 5}, 0.5) == 5);
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--write") {
+    trainrt::write_prometheus_textfile(argv[2], trainrt::training_samples(sample_gauges()));
+    return 0;
+  }
+  return Catch::Session().run(argc, argv);
+}
