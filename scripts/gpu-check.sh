@@ -10,12 +10,15 @@
 #       working tree fit what travels to the GPU machine (64 MiB).
 #   scripts/gpu-check.sh run [--out DIR] [--carry DIR] [--prefix DIR] [--build DIR] [--jobs N]
 #                            [--budget SECONDS] [--no-gpu] [--targets "T1 T2 ..."] [--nccl-root DIR]
+#                            [--steps tests,bench,torch,trainer,sanitizer,rest] [--keep]
 #       On the GPU machine: unpacks the carried .debs with dpkg -x into a prefix (default
 #       /opt/trainrt-deps; never into /), configures against it, builds, runs the checks and writes
 #       DIR/gpu-check-report.md (DIR: --out, else $OUT, else ./gpu-check-out) plus the full logs in
 #       DIR/gpu-check-logs.tar.gz. Exit 0 only when every step passed and no test was skipped.
 #       Without a GPU it fails at once, saying so. --no-gpu (the self-test on a CPU machine) runs
-#       everything up to the GPU steps (only --targets, when given) and stops there.
+#       everything up to the GPU steps (only --targets, when given) and stops there. --steps runs
+#       only some GPU steps (the report's verdict then names them);
+#       --keep reuses the prefix and build folder of an earlier run on the same machine.
 # docs/gpu-check.md says more; tests/gpu_check/self_test.sh tests the parts that need no GPU.
 set -uo pipefail
 
@@ -29,6 +32,7 @@ CARRIED_PACKAGES=(libhwloc-dev libhwloc15 libudev1 libfmt-dev libfmt9 nlohmann-j
 EXPECTED_GPU_TESTS=(kernels.gpu_vs_cpu runtime.nccl.collectives.gpu checkpoint.device_round_trip
                     trainer.resume_bitwise.gpu)
 TRAVEL_LIMIT_MIB=64
+ALL_STEPS=tests,bench,torch,trainer,sanitizer,rest  # run's GPU steps, in order (--steps picks some)
 MULTIARCH=x86_64-linux-gnu
 
 die() { echo "gpu-check: FAIL: $*" >&2; exit 1; }
@@ -88,6 +92,7 @@ fresh_dir() {
   rm -rf "$dir" && mkdir -p "$dir" && touch "$dir/$marker" || die "cannot create $dir"
 }
 # Seconds left of --budget, at least 1 (`timeout 0` would mean no limit at all).
+want() { [[ ,$steps, == *,$1,* ]]; }
 remaining() { local r=$((budget - SECONDS)); ((r < 1)) && r=1; echo "$r"; }
 
 # Unpacks one .deb with dpkg -x, or, where dpkg is missing, with Python (ar + tar, as dpkg-deb).
@@ -142,6 +147,12 @@ require_gpu() {
 
 unpack_carry() {
   local t0=$SECONDS bad=() line f sum
+  libdir=$prefix/usr/lib/$MULTIARCH
+  if ((keep)) && [[ -e $prefix/.gpu-check-prefix && -x $prefix/bin/pkg-config && -d $prefix/ldpath ]]; then
+    export LD_LIBRARY_PATH="$prefix/ldpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    step_result unpack PASS 0 "--keep: $prefix reused"
+    return
+  fi
   fresh_dir "$prefix" .gpu-check-prefix
   while IFS=$'\t' read -r f _ _ _ _ sum; do
     [[ $f == file ]] && continue
@@ -150,7 +161,6 @@ unpack_carry() {
     unpack_deb "$carry/debs/$f" "$prefix" || bad+=("$f: unpack failed")
   done <"$carry/debs/MANIFEST.tsv"
   ((${#bad[@]} == 0)) || die "carried packages: ${bad[*]}"
-  libdir=$prefix/usr/lib/$MULTIARCH
   # pkg-config from the prefix, seeing only the prefix's .pc files, with their paths moved into it.
   mkdir -p "$prefix/bin"
   cat >"$prefix/bin/pkg-config" <<EOF
@@ -188,6 +198,10 @@ find_nccl_root() {
 configure() {
   local t0=$SECONDS
   find_nccl_root
+  if ((keep)) && [[ -e $build/.gpu-check-build && -f $build/build.ninja ]]; then
+    step_result configure PASS 0 "--keep: $build reused"
+    return
+  fi
   local args=(-S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
               -DCMAKE_PREFIX_PATH="$prefix/usr" -DPKG_CONFIG_EXECUTABLE="$prefix/bin/pkg-config"
               -DCMAKE_CUDA_COMPILER="$nvcc" -DTRAINRT_WITH_CUDA=ON -DTRAINRT_WITH_NCCL=ON
@@ -331,7 +345,7 @@ write_report() {
   {
     echo "# gpu-check report"
     echo
-    echo "- verdict: **$( ((failed)) && echo FAIL || echo PASS)**$( ((no_gpu)) && echo ' (--no-gpu: the GPU steps were not run)')"
+    echo "- verdict: **$( ((failed)) && echo FAIL || echo PASS)**$( ((no_gpu)) && echo ' (--no-gpu: the GPU steps were not run)')$([[ $steps != "$ALL_STEPS" ]] && echo " (only the GPU steps $steps)")"
     echo "- when: $(date -u +%FT%TZ), $SECONDS s in all; commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$repo" status --porcelain 2>/dev/null | grep -q . && echo ' (with local changes)')"
     echo "- machine: $(nproc) cores; ${gpu_line:-no GPU}; $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/^/driver /')"
     echo "- tools: $("$nvcc" --version 2>/dev/null | grep -o 'release [0-9.]*' | sed 's/^/CUDA /'); $(cmake --version | head -1); ninja $(ninja --version); $(python3 -c 'import torch; print("torch", torch.__version__)' 2>/dev/null)"
@@ -369,7 +383,7 @@ write_report() {
 
 run() {
   carry=$repo/gpu-carry prefix=/opt/trainrt-deps build=$repo/build-gpu-check out=${OUT:-$repo/gpu-check-out}
-  jobs=$(nproc) budget=540 no_gpu=0 targets="" nccl_root="" failed=0 gpu_line=""
+  jobs=$(nproc) budget=540 no_gpu=0 targets="" nccl_root="" failed=0 gpu_line="" keep=0 steps=$ALL_STEPS
   while (($#)); do
     case $1 in
       --out) out=$2; shift 2 ;;
@@ -381,9 +395,13 @@ run() {
       --targets) targets=$2; shift 2 ;;
       --nccl-root) nccl_root=$2; shift 2 ;;
       --no-gpu) no_gpu=1; shift ;;
+      --keep) keep=1; shift ;;
+      --steps) steps=$2; shift 2 ;;
       *) die "run: unknown argument '$1'" ;;
     esac
   done
+  local st
+  for st in ${steps//,/ }; do [[ ,$ALL_STEPS, == *,$st,* ]] || die "--steps: '$st' is none of $ALL_STEPS"; done
   [[ $prefix == / || -z $prefix ]] && die "the prefix must not be / (the carried packages never go into the system)"
   [[ $(uname -m) == x86_64 ]] || die "the carried .debs are amd64; this machine is $(uname -m)"
   ((no_gpu)) || require_gpu
@@ -397,15 +415,15 @@ run() {
     # shellcheck disable=SC2086  # --targets is a list of ninja targets
     configure && build_step build $targets
   elif configure && read -r -a gpu_parts <<<"$(gpu_targets)" && build_step build-gpu-parts "${gpu_parts[@]}"; then
-    gpu_tests
-    must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
+    want tests && gpu_tests
+    want bench && must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
     # PyTorch with its own libraries: nothing of the prefix on its library path.
-    must_pass kernels-torch kernels-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$repo/benchmarks/kernels_torch.py"
-    must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
+    want torch && must_pass kernels-torch kernels-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$repo/benchmarks/kernels_torch.py"
+    want trainer && must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
       "$build/slurm_examples/trainer/train-mlp" cuda 120
-    sanitize
+    want sanitizer && sanitize
     # The rest of the tree last: a compile error elsewhere must not cost the GPU results.
-    build_step build-rest
+    want rest && build_step build-rest
   fi
   write_report
   ((failed)) && { say "FAILED (see the report)"; exit 1; }
@@ -416,5 +434,5 @@ case ${1:-} in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
   gpu-targets) build=$(cd "${2:?gpu-targets BUILD_DIR}" && pwd) && gpu_targets ;;  # for the self-test
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

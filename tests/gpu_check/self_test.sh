@@ -6,6 +6,7 @@
 #  3. `run --no-gpu` unpacks the .debs into a temporary prefix, configures exactly as on the GPU
 #     machine and builds objects that use every carried package (hwloc, pugixml, fmt,
 #     nlohmann-json, CLI11, xxhash, Catch2) and one program linked against the carried libraries;
+#     `run --keep` reuses both; the list of programs the GPU run builds first is complete;
 #  4. carried_deps.py proves that build read no header and linked no library of this machine's
 #     Debian packages beyond the compiler's and the C library's: the carried set is complete;
 #  5. and the proof can fail: with libpugixml-dev left out of the carry, the build silently takes
@@ -64,6 +65,14 @@ if [[ $rc -eq 0 && -s $work/out/gpu-check-report.md && -s $work/out/gpu-check-lo
    grep -q "configure: PASS" <<<"$out" && grep -q "build: PASS.*every program built finds its libraries" <<<"$out"; then
   pass "run --no-gpu: unpacked, configured (CUDA, NCCL on; Slurm, PMIx, Gloo off), built, report written"
 else fail "run --no-gpu (exit $rc)" "$out" "$(tar -xOzf "$work/out/gpu-check-logs.tar.gz" logs/build.log 2>/dev/null | grep -m3 -B2 error)"; fi
+# --keep: a second run on the same machine reuses the prefix and the build (what a second device
+# call does when the first ran out of time).
+out=$(bash "$check" run --no-gpu --keep --carry "$work/carry" --prefix "$work/prefix" --build "$work/build" \
+      --out "$work/out-keep" --jobs "$jobs" --targets "$targets" 2>&1); rc=$?
+if [[ $rc -eq 0 ]] && grep -q "unpack: PASS (--keep" <<<"$out" && grep -q "configure: PASS (--keep" <<<"$out" &&
+   grep -q "build: PASS" <<<"$out"; then pass "run --keep reuses the prefix and the build folder"
+else fail "run --keep (exit $rc)" "$out"; fi
+
 # What the GPU run builds first: every program the GPU tests run, found before any is built.
 want="slurm_examples/trainer/train-mlp tests/checkpoint/test_device_checkpoint tests/kernels/test_gpu_kernels tests/perf/kernels-bench tests/runtime/nccl_mp"
 got=$(bash "$check" gpu-targets "$work/build" 2>&1)
