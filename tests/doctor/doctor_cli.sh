@@ -54,8 +54,8 @@ expect_in missing-dir "$(cat "$tmp/nodir.out")" "verdict: bad-input"
 cp "$tmp/healthy"/metrics_rank{0,1,2}.jsonl "$tmp/empty/"
 printf '{"event":"step","st' >> "$tmp/empty/metrics_rank2.jsonl"
 out=$("$doctor" "$tmp/empty"); check partial 2 $?
-expect_in partial "$out" "could not read or reconcile: 1 rank(s) of 4 left no file: 3"
-expect_in partial "$out" "could not read or reconcile: metrics_rank2.jsonl: last line cut short"
+expect_in partial "$out" "note: 1 rank(s) of 4 left no file: 3"
+expect_in partial "$out" "note: metrics_rank2.jsonl: last line cut short"
 
 for r in 0 1; do metrics $r 'evil\u001b[2J\u0001' 2 1 > "$tmp/escape/metrics_rank$r.jsonl"; done
 flight 0 "step 7: rank 1 (pid 9) died" > "$tmp/escape/flight_rank0.json"

@@ -85,7 +85,7 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
     d.write("flight_rank1.json", flight(1, 6, 7, "step 7: lost connection"));
     const Verdict v = diagnose(d.path);
     INFO(format_text(v));
-    REQUIRE(v.kind == Kind::Hang);
+    REQUIRE(v.kind == Kind::Failure);  // no wait timed out: a peer failure, not a hang
     REQUIRE(v.never_arrived.size() == 1);
     CHECK(v.never_arrived[0].rank == 2);
     CHECK(v.never_arrived[0].evidence.find("presumed") != std::string::npos);
@@ -96,6 +96,8 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
     d.write("flight_rank2.json", flight(2, 6, 7, "step 7: shm: rank 2: allreduce #7 (arrive) aborted because rank 1 failed"));
     const Verdict v = diagnose(d.path);
     INFO(format_text(v));
+    CHECK(v.kind == Kind::Failure);
+    CHECK(v.summary.find("peer failure at collective #7") != std::string::npos);
     REQUIRE(v.never_arrived.size() == 1);
     CHECK(v.never_arrived[0].rank == 1);
     CHECK(v.culprit_nodes == std::vector<std::string>{"n1"});

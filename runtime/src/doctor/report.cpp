@@ -84,7 +84,7 @@ std::string format_text(const Verdict& v) {
     for (const auto& n : v.culprit_nodes) list += (list.empty() ? "" : ",") + escape_text(n);
     out += fmt::format("exclude on rerun: {}\n", list);
   }
-  for (const auto& n : v.notes) out += fmt::format("could not read or reconcile: {}\n", escape_text(n));
+  for (const auto& n : v.notes) out += fmt::format("note: {}\n", escape_text(n));
   return out;
 }
 

@@ -131,7 +131,7 @@ bool find_mismatch(const RunData& run, Verdict& v) {
 std::string rank_list(const std::vector<RankNode>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size() && i < 8; ++i)
-    s += fmt::format("{}{} ({})", i ? ", " : "", v[i].rank, node_or_unknown(v[i].node));
+    s += fmt::format("{}rank {} on {}", i ? ", " : "", v[i].rank, node_or_unknown(v[i].node));
   if (v.size() > 8) s += fmt::format(", ... {} in all", v.size());
   return s;
 }
@@ -195,12 +195,17 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
                                    "presumed: no flight recorder while the others waited"});
   }
   if (v.waited.empty() && v.never_arrived.empty()) return;
-  v.kind = Kind::Hang;
+  // A peer that died is a failure, not a hang: the waits ended at once instead of timing out.
+  bool timed_out = v.waited.empty();
+  for (const auto& w : v.waited)
+    for (const char* t : {"timed out", "in flight for", "did not complete", "no step progress"})
+      timed_out = timed_out || w.evidence.find(t) != std::string::npos;
+  v.kind = timed_out ? Kind::Hang : Kind::Failure;
   std::string where = v.collective ? fmt::format("collective #{} {} ({} B)", seq, v.collective->op, v.collective->bytes)
                      : seq > 0     ? fmt::format("collective #{}", seq)
                                    : fmt::format("step {} (no flight recorder)", newest + 1);
   if (!v.collective && seq > 0) v.collective = OpRecord{seq, "?", 0, 0, std::nullopt};
-  v.summary = fmt::format("hang at {}: never arrived: {}; waited: {}", where,
+  v.summary = fmt::format("{} at {}: never arrived: {}; waited: {}", timed_out ? "hang" : "peer failure", where,
                           v.never_arrived.empty() ? std::string("none found") : rank_list(v.never_arrived),
                           v.waited.empty() ? std::string("none recorded") : rank_list(v.waited));
 }

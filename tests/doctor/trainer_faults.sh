@@ -1,0 +1,27 @@
+#!/bin/bash
+# The doctor on real runs of the example trainer under mpirun (4 ranks, cpu): a healthy run exits
+# 0; a rank stalled past the collective timeout is named as never arrived and the others as
+# waiting; a killed rank is named as the peer that failed. Usage: trainer_faults.sh MPIRUN TRAINER DOCTOR
+set -u
+mpirun=$1 trainer=$2 doctor=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+run() {  # run NAME [trainer args...]
+  local name=$1; shift
+  timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -np 4 "$trainer" --steps 20 --device cpu --watchdog 3 \
+    --ckpt-dir "$tmp/$name/ckpt" --out "$tmp/$name/out" "$@" > "$tmp/$name.log" 2>&1
+}
+expect() {  # expect NAME RC PATTERN...
+  local name=$1 rc=$2; shift 2
+  local out; out=$("$doctor" "$tmp/$name/out"); local got=$?
+  echo "== $name: exit $got"; echo "$out"
+  [[ $got -eq $rc ]] || { echo "FAIL: $name: doctor exit $got, expected $rc"; fail=1; }
+  for p in "$@"; do grep -qE -- "$p" <<< "$out" || { echo "FAIL: $name: no /$p/"; fail=1; }; done
+}
+run healthy && expect healthy 0 '^verdict: healthy'
+run stall --fault stall:3:8:30
+expect stall 1 '^verdict: hang' '^collective: #8 allreduce\(grads\)' '^never arrived: rank 3 ' '^waited: rank 0 .* for 3\.0 s'
+run kill --fault kill:2:6
+expect kill 1 '^verdict: failure: peer failure at collective #6' '^never arrived: rank 2 '
+exit $fail
