@@ -1,0 +1,52 @@
+#include "trainrt/doctor/shrink.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "trainrt/checkpoint/inspect.hpp"
+
+namespace trainrt::doctor {
+
+ShrinkCheck check_shrink(const std::string& ckpt_dir) {
+  ShrinkCheck c;
+  std::error_code ec;
+  if (!std::filesystem::exists(ckpt_dir, ec)) {
+    c.message = "no checkpoint directory: a rerun starts from step 0 at any world size";
+    return c;
+  }
+  checkpoint::InspectOptions o;
+  o.check_data = false;
+  for (const auto& r : checkpoint::inspect(ckpt_dir, o)) {  // newest first
+    if (!r.intact()) continue;
+    c.step = r.step;
+    c.world_size = r.world_size;
+    for (const auto& s : r.shards)
+      for (const auto& e : s.entries)
+        if (!e.replicated) {
+          ++c.sharded_count;
+          if (c.sharded.size() < 8 && std::find(c.sharded.begin(), c.sharded.end(), e.name) == c.sharded.end())
+            c.sharded.push_back(e.name);
+        }
+    break;
+  }
+  if (!c.step) {
+    c.message = "no committed step: a rerun starts from step 0 at any world size";
+    return c;
+  }
+  if (c.sharded_count == 0) {
+    c.message = fmt::format("step {} holds replicated state only: a smaller world can restore it", *c.step);
+    return c;
+  }
+  c.can_shrink = false;
+  std::string names;
+  for (const auto& n : c.sharded) names += (names.empty() ? "" : ", ") + n;
+  c.message = fmt::format("step {} holds sharded state ({}{}; {} entries over all shards) saved by {} ranks: only {} "
+                          "ranks can restore it, so the world cannot shrink",
+                          *c.step, names, c.sharded_count > c.sharded.size() ? ", ..." : "", c.sharded_count,
+                          c.world_size, c.world_size);
+  return c;
+}
+
+}  // namespace trainrt::doctor
