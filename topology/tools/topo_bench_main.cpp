@@ -1,6 +1,10 @@
 // trainrt-topo-bench: time load + place of a topology file against `lstopo-no-graphics --of xml -i`
 // on the same file, in the same run, alternating A B A B so machine noise hits both alike.
+// `trainrt-topo-bench cache [DIR|FILE] [ROUNDS]`: what a step pays per source (issue 15): the
+// digested cache (file checks, decode, staleness stamp) against parsing the XML, and the live
+// machine's cache against live discovery, alternating in the same run.
 #include <fmt/format.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "trainrt/error.hpp"
+#include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
 
@@ -35,10 +40,61 @@ std::string largest_xml(const std::string& dir) {
   return best;
 }
 
+template <typename Fn>
+double time_ms(Fn&& fn) {
+  auto t0 = Clock::now();
+  fn();
+  return ms_since(t0);
+}
+
+int bench_cache(const std::string& file, int rounds) {
+  using namespace trainrt::topo;
+  char tmpl[] = "/tmp/trainrt-topo-bench-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw trainrt::Error("cannot create a temporary directory", "/tmp");
+  const std::string dir = tmpl, xml_cache = dir + "/xml.cache", live_cache = dir + "/live.cache";
+  CachedNode from_xml{current_stamp(file, true), load_file(file)};
+  write_cache_file(from_xml, xml_cache);
+  CachedNode live{current_stamp("", false), load_live()};
+  write_cache_file(live, live_cache);
+
+  std::vector<double> xml_ms, xml_cached_ms, live_ms, live_cached_ms, stamp_live_ms;
+  std::string note;
+  for (int i = 0; i < rounds; ++i) {
+    xml_ms.push_back(time_ms([&] { (void)load_file(file); }));
+    xml_cached_ms.push_back(time_ms([&] {
+      Node n = load_cached_or_file(file, &note, xml_cache);
+      if (!note.empty() || !(n == from_xml.node)) throw trainrt::Error("the XML cache was not used: " + note);
+    }));
+    live_ms.push_back(time_ms([&] { (void)load_live(); }));
+    live_cached_ms.push_back(time_ms([&] {
+      Node n = load_cached_or_live(&note, live_cache);
+      if (!note.empty() || !(n == live.node)) throw trainrt::Error("the live cache was not used: " + note);
+    }));
+    stamp_live_ms.push_back(time_ms([&] { (void)current_stamp("", false); }));
+  }
+  std::filesystem::remove_all(dir);
+  fmt::print("file: {} ({} bytes; its cache {} bytes), {} rounds alternating, medians\n", file,
+             std::filesystem::file_size(file), encode_cache(from_xml).size(), rounds);
+  fmt::print("XML parse       (load_file)            {:8.3f} ms\n", median(xml_ms));
+  fmt::print("XML via cache   (load_cached_or_file)  {:8.3f} ms   ({:.0f}x faster)\n", median(xml_cached_ms),
+             median(xml_ms) / median(xml_cached_ms));
+  fmt::print("live discovery  (load_live)            {:8.3f} ms   ({} PCI vertices here)\n", median(live_ms),
+             live.node.pci.size());
+  fmt::print("live via cache  (load_cached_or_live)  {:8.3f} ms   ({:.0f}x faster)\n", median(live_cached_ms),
+             median(live_ms) / median(live_cached_ms));
+  fmt::print("  of which the live stamp (boot id, sysfs device set: {} entries) {:.3f} ms\n",
+             live.stamp.devices_count, median(stamp_live_ms));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
+    if (argc > 1 && std::string(argv[1]) == "cache") {
+      std::string arg = argc > 2 ? argv[2] : "../shared/topologies";
+      return bench_cache(std::filesystem::is_directory(arg) ? largest_xml(arg) : arg, argc > 3 ? std::atoi(argv[3]) : 50);
+    }
     std::string arg = argc > 1 ? argv[1] : "../shared/topologies";
     std::string file = std::filesystem::is_directory(arg) ? largest_xml(arg) : arg;
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 20;

@@ -7,13 +7,11 @@
 #include <string>
 #include <string_view>
 
+#include "trainrt/topology/load.hpp"  // load_cached_or_live, kDefaultCachePath
 #include "trainrt/topology/node.hpp"
 
 namespace trainrt::topo {
 
-// Where `trainrt-topo --write-cache` puts it by default and where the plugin looks (a tmpfs on
-// systemd machines, so a reboot removes it; the boot id catches the rest).
-inline constexpr const char* kDefaultCachePath = "/run/train-runtime/topology.cache";
 // Largest cache file read: a Node of kMaxPciNodes PCI vertices and kMaxCpus cores stays below.
 inline constexpr std::size_t kMaxCacheBytes = 16u << 20;
 
@@ -61,12 +59,5 @@ void check_fresh(const CacheStamp& have, const CacheStamp& want, const std::stri
 // Writes atomically (a temporary file in the same directory, fsync, rename) with mode 0644,
 // creating the last directory component (0755) when it is missing.
 void write_cache_file(const CachedNode& cached, const std::string& path);
-
-// The step's entry point: the cache at `cache_path` when it is fresh and trustworthy for this
-// source, else the live machine (xml_path empty) or the file. `note` receives why the cache was
-// not used ("" when it was used or when no cache file exists at all).
-Node load_cached_or_live(std::string* note = nullptr, const std::string& cache_path = kDefaultCachePath);
-Node load_cached_or_file(const std::string& xml_path, std::string* note = nullptr,
-                         const std::string& cache_path = kDefaultCachePath);
 
 }  // namespace trainrt::topo
