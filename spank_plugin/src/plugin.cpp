@@ -304,7 +304,12 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       UserOptions user = merged_options(job_getenv(sp, "TRAINRT_OPTS"));
       s.show = user.show;
       const bool live = s.admin.topology_xml.empty();
-      topo::Node node = live ? topo::load_live() : topo::load_file(s.admin.topology_xml);
+      // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo --write-cache`) when
+      // fresh for this source, else discovery as before, saying why the cache was passed over.
+      std::string cache_note;
+      topo::Node node = live ? topo::load_cached_or_live(&cache_note)
+                             : topo::load_cached_or_file(s.admin.topology_xml, &cache_note);
+      if (!cache_note.empty()) slurm_info("train-runtime: %s", printable(cache_note).c_str());
       s.plan = plan_step(node, live, gather_facts(sp, live), user, s.admin);
       for (const auto& n : s.plan->notes) slurm_info("train-runtime: %s", printable(n).c_str());
     } catch (const std::exception& e) {
