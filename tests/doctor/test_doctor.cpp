@@ -193,7 +193,7 @@ TEST_CASE("a rerun appends: only the last attempt counts, and an older flight fi
   INFO(format_text(v));
   CHECK(has_note(v, "flight_rank0.json: written before the rank's last start"));
   CHECK(v.never_arrived.empty());
-  CHECK(v.kind == Kind::BadInput);  // the note keeps it from a clean bill; no hang is claimed
+  CHECK(v.kind == Kind::Healthy);  // an earlier attempt's file set aside is no input problem
 }
 
 TEST_CASE("huge and garbage numbers are bounded, never allocated for") {
@@ -279,4 +279,30 @@ TEST_CASE("JSON output replaces bytes that are not UTF-8 instead of failing") {
   const auto parsed = nlohmann::json::parse(format_json(v));
   CHECK(parsed["never_arrived"][0]["node"] == "node\xef\xbf\xbd\xef\xbf\xbd");
   CHECK(parsed["exit_code"] == 1);
+}
+
+TEST_CASE("a rerun on fewer nodes: the dropped ranks' old files are set aside, the new world diagnosed") {
+  RunDir d;
+  // Attempt 1: 4 ranks on nodeA and nodeB; nodeB hung. Attempt 2: 2 ranks on nodeA, rank 1 hangs.
+  for (unsigned r = 0; r < 4; ++r)
+    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, r < 2 ? "nodeA" : "nodeB", 4, 5, 0.01, 0.002, false, 1000));
+  for (unsigned r = 0; r < 2; ++r)
+    d.append(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "nodeA", 2, 3, 0.01, 0.002, false, 2000, 6));
+  d.write("flight_rank0.json", flight(0, 3, 4, timeout_reason(0, 9, "1")));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(has_note(v, "rank 2: files from an earlier attempt (world 4, the last attempt's is 2)"));
+  CHECK(has_note(v, "rank 3: files from an earlier attempt"));
+  CHECK(v.world == 2u);
+  REQUIRE(v.kind == Kind::Hang);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 1);
+  CHECK(v.culprit_nodes == std::vector<std::string>{"nodeA"});
+  // and once the shrunk rerun ended cleanly, the run is healthy despite the old ranks' files
+  for (unsigned r = 0; r < 2; ++r)
+    d.append(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "nodeA", 2, 3, 0.01, 0.002, true, 3000, 6));
+  std::filesystem::remove(d.path / "flight_rank0.json");
+  const Verdict after = diagnose(d.path);
+  INFO(format_text(after));
+  CHECK(after.kind == Kind::Healthy);
 }

@@ -26,6 +26,9 @@ struct Notes {
     if (run.notes.size() < lim.max_notes) run.notes.push_back(std::move(s));
     else ++run.notes_dropped;
   }
+  void info(std::string s) {
+    if (run.info.size() < lim.max_notes) run.info.push_back(std::move(s));
+  }
 };
 
 // Nesting deeper than `max` is refused before the parser sees it (a recursion bomb).
@@ -289,9 +292,31 @@ RunData read_run(const fs::path& out_dir, const Limits& lim) {
     // A flight file older than this rank's last start is left from an earlier attempt.
     if (rd.have_flight && rd.flight_mtime && rd.start_wall && *rd.flight_mtime + 1 < *rd.start_wall) {
       rd.flight_stale = true;
-      notes.add(fmt::format("{}: written before the rank's last start (an earlier attempt): not used",
+      notes.info(fmt::format("{}: written before the rank's last start (an earlier attempt): not used",
                             p.filename().string()));
     }
+  }
+  // A rerun on fewer nodes leaves the dropped ranks' files behind: a rank whose last start is
+  // older than the newest start and names another world belongs to an earlier attempt.
+  const RankData* newest = nullptr;
+  for (const auto& [r, rd] : ranks)
+    if (rd.start_wall && rd.world && (!newest || *rd.start_wall > *newest->start_wall)) newest = &rd;
+  if (newest) {
+    const double newest_start = *newest->start_wall;
+    const std::uint64_t newest_world = *newest->world;
+    std::size_t dropped = 0;
+    for (auto it = ranks.begin(); it != ranks.end();) {
+      const RankData& rd = it->second;
+      if (rd.start_wall && rd.world && *rd.world != newest_world && *rd.start_wall < newest_start) {
+        if (++dropped <= 16)
+          notes.info(fmt::format("rank {}: files from an earlier attempt (world {}, the last attempt's is {}): not used",
+                                rd.rank, *rd.world, newest_world));
+        it = ranks.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (dropped > 16) notes.info(fmt::format("{} ranks' files in all are from an earlier attempt", dropped));
   }
   // The world size: the value most ranks' start events agree on; disagreement is a note.
   std::map<std::uint64_t, std::size_t> votes;

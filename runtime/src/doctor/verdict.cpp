@@ -225,7 +225,7 @@ void find_stragglers(const RunData& run, const Options& opt, Verdict& v) {
   v.kind = Kind::Stragglers;
   std::string list;
   for (std::size_t i = 0; i < v.stragglers.size() && i < 8; ++i)
-    list += fmt::format("{}{} ({}, +{:.0f}%)", i ? ", " : "", v.stragglers[i].rank, node_or_unknown(v.stragglers[i].node),
+    list += fmt::format("{}rank {} on {} (+{:.0f}%)", i ? ", " : "", v.stragglers[i].rank, node_or_unknown(v.stragglers[i].node),
                         v.stragglers[i].excess * 100);
   if (v.stragglers.size() > 8) list += fmt::format(", ... {} in all", v.stragglers.size());
   v.summary = fmt::format("no hang; straggler(s), compute time per step above the median {:.3f} ms by more than {:.0f}%: {}",
@@ -257,6 +257,7 @@ int exit_code(const Verdict& v) {
 Verdict diagnose(const RunData& run, const Options& opt) {
   Verdict v;
   v.notes = run.notes;
+  v.notes.insert(v.notes.end(), run.info.begin(), run.info.end());
   if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
   v.world = run.world;
   v.ranks_read = run.ranks.size();

@@ -71,6 +71,7 @@ struct RankData {
 struct RunData {
   std::vector<RankData> ranks;  // sorted by rank; only ranks with at least one file
   std::vector<std::string> notes;  // one line per thing that could not be read or does not agree
+  std::vector<std::string> info;   // files set aside as expected (an earlier attempt's): no problem
   std::size_t notes_dropped = 0;
   std::optional<std::uint64_t> world;  // the world size most files agree on
 };
