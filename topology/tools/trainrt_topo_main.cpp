@@ -3,7 +3,11 @@
 // exception, and the line escapes what came from a file (control bytes, invalid UTF-8).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -15,6 +19,7 @@
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
+#include "trainrt/topology/rails.hpp"
 #include "trainrt/topology/render.hpp"
 
 namespace {
@@ -89,6 +94,14 @@ int run(int argc, char** argv) {
                                    "the plugin reads " + std::string(kDefaultCachePath) + ") and exit");
   auto* cache_opt = app.add_option("--cache", cache, "read the node from this topology cache; an unusable one is an error");
   write_opt->excludes(cache_opt);
+  bool rail_signature = false;
+  std::string rail_check;
+  app.add_flag("--rail-signature", rail_signature,
+               "print this node's rail layout as one line 'HOST rails/1:HASH LAYOUT' and exit; compare nodes with "
+               "'srun --ntasks-per-node=1 trainrt-topo --rail-signature | trainrt-topo --rail-check -'");
+  app.add_option("--rail-check", rail_check,
+                 "read signature lines (a file, or - for stdin), name the nodes whose layout differs from the "
+                 "majority; exit 1 on a mismatch");
   app.add_option("--tasks", tasks, "local ranks to place (default: one per allowed GPU, else 1)");
   app.add_option("--gpus", gpus, "allowed GPUs: indexes in PCI order (0,2-3) or PCI bus ids (default: all)");
   app.add_option("--cpus", cpus, "allowed CPUs (PU OS indexes, e.g. 0-23,48-71; default: all)");
@@ -106,6 +119,24 @@ int run(int argc, char** argv) {
     return fail(std::string(e.what()) + " (see --help)");
   }
 
+  if (!rail_check.empty()) {
+    std::string text;
+    std::ifstream file;
+    if (rail_check != "-") {
+      file.open(rail_check, std::ios::binary);
+      if (!file) throw trainrt::Error("cannot open the signature file", rail_check);
+    }
+    std::istream& in = rail_check == "-" ? std::cin : file;
+    // Bounded like every input: 64 MiB holds 65536 nodes' lines.
+    char buf[65536];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+      text.append(buf, static_cast<std::size_t>(in.gcount()));
+      if (text.size() > (64u << 20)) throw trainrt::Error("more than 64 MiB of signature lines", rail_check);
+    }
+    RailCheck check = check_rail_signatures(text);
+    std::fwrite(check.report.data(), 1, check.report.size(), stdout);
+    return check.mismatch ? 1 : 0;
+  }
   if (format != "table" && format != "json" && format != "env")
     throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env", format), "--format");
   PlacementRequest req;
@@ -128,7 +159,7 @@ int run(int argc, char** argv) {
   } else {
     node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
   }
-  if (req.policy == Policy::Rail && node.gpus.empty())
+  if (!rail_signature && req.policy == Policy::Rail && node.gpus.empty())
     throw trainrt::Error("no GPUs found, so policy rail has nothing to place (use --policy numa for CPU-only ranks)",
                          node.source);
   if (!cpus.empty()) req.allowed_cpus = CpuSet::parse_list(cpus);
@@ -155,6 +186,13 @@ int run(int argc, char** argv) {
     tasks = std::max(tasks, 1u);
   }
   req.tasks = tasks;
+  if (rail_signature) {
+    std::string host = node.hostname;  // a file's own host name, or this machine's
+    char name[256] = {};
+    if (host.empty() && ::gethostname(name, sizeof name - 1) == 0) host = name;
+    fmt::print("{}\n", rail_signature_line(host, node, req.rails));
+    return 0;
+  }
   Placement placement = place(node, req);
   std::string out = format == "json"  ? render_json(node, placement)
                     : format == "env" ? render_env_script(node, placement)

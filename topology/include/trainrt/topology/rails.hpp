@@ -42,4 +42,19 @@ struct RailMap {
 
 RailMap pair_rails(const Node& node, const RailOptions& options = {});
 
+// The rail layout as one comparable text: per GPU (bus id) its rail NICs (OpenFabrics name or bus
+// id, link layer, port states) and path class. Host names and cores are not in it.
+std::string rail_layout(const Node& node, const RailOptions& options = {});
+// "HOST rails/1:<FNV-1a of the layout, 16 hex> LAYOUT": what `trainrt-topo --rail-signature` prints.
+std::string rail_signature_line(const std::string& host, const Node& node, const RailOptions& options = {});
+
+struct RailCheck {
+  bool mismatch = false;               // more than one layout among the nodes
+  std::string report;                  // layouts, largest group first, with their nodes
+  std::vector<std::string> differing;  // nodes outside the largest group
+};
+// Reads signature lines (one per node; `srun -l` prefixes allowed); throws trainrt::Error on a line
+// that is not one, or whose hash does not match its layout. At most 65536 lines of 64 KiB.
+RailCheck check_rail_signatures(const std::string& text);
+
 }  // namespace trainrt::topo
