@@ -257,7 +257,8 @@ int train(const Options& o) {
   trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
   rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
   rep.metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}"}})",
-                                run_start, trainer.done, rt->size, rt->restart_count, o.device));
+                                run_start, trainer.done, rt->size, rt->restart_count,
+                                engine->describe().substr(0, engine->describe().find(' '))));  // cpu | cuda
   if (rank == 0)
     fmt::print("train-mlp: {} ranks, {} rows per rank, device {}, starting after step {} (restart {}{})\n", rt->size,
                shapes.rows, engine->describe(), trainer.done, rt->restart_count,
