@@ -33,6 +33,14 @@ void save_and_exit(checkpoint::Manager& manager, std::uint64_t step, std::map<st
   try {
     manager.save(step, std::move(metadata)).get();
     manager.wait_idle();
+    // Leave together: under `srun --kill-on-bad-exit` the first rank to exit 75 makes srun kill
+    // the others, which may still be finishing the final save or old-step removal.
+    try {
+      manager.session().barrier();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trainrt: step %llu is committed; the exit barrier failed: %s\n",
+                   static_cast<unsigned long long>(step), e.what());
+    }
     std::fflush(nullptr);
     std::_Exit(kRequeueExitCode);
   } catch (const std::exception& e) {

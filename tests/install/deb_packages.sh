@@ -12,8 +12,6 @@ source "$repo/tests/slurm/harness.sh"
 cluster_harness debs 8017 8018
 trap 'bash "$cluster" stop >/dev/null 2>&1; dpkg --purge "${packages[@]}" >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
 
-prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
-[[ $prefix == /usr ]] || { fail "packages need a build configured with CMAKE_INSTALL_PREFIX=/usr (this one: $prefix)"; exit 1; }
 (cd "$build" && cpack -G DEB -B "$work/pkgs" >"$work/cpack.log" 2>&1) || { fail "cpack" "$(tail -20 "$work/cpack.log")"; exit 1; }
 debs=("$work"/pkgs/*.deb)
 names=$(for d in "${debs[@]}"; do dpkg-deb -f "$d" Package; done | sort | tr '\n' ' ')
@@ -30,8 +28,10 @@ if apt-get install -y -qq --no-install-recommends "${debs[@]}" >"$work/apt.log" 
 else fail "apt-get install" "$(tail -20 "$work/apt.log")"; exit 1; fi
 plugin=$(dpkg -L train-runtime-slurm | grep 'train_runtime.so$')
 conf=$(dpkg -L train-runtime-slurm | grep 'plugstack.conf.d/train-runtime.conf$')
-if [[ -f $plugin && -f $conf ]] && grep -q "^optional $plugin" "$conf" && dpkg-query -W -f='${Conffiles}' train-runtime-slurm | grep -q "$conf"; then
-  pass "installed: $plugin and its plugstack line $conf (a conffile)"
+slurm_dir=$(dirname "$(dpkg -L slurm-wlm-basic-plugins | grep '/select_cons_tres.so$' | head -1)")
+if [[ -f $plugin && -f $conf && $(dirname "$plugin") == "$slurm_dir" && $conf == /etc/slurm/plugstack.conf.d/* ]] &&
+   grep -q "^optional $plugin" "$conf" && dpkg-query -W -f='${Conffiles}' train-runtime-slurm | grep -q "$conf"; then
+  pass "installed: $plugin (beside Slurm's own plugins) and its plugstack line $conf (a conffile)"
 else fail "installed files" "$plugin" "$conf"; fi
 trainrt-topo --policy none --tasks 1 --format env >/dev/null; topo_rc=$?
 trainrt-ckpt list "$work" >/dev/null 2>&1; ckpt_rc=$?   # 1: no committed step there, as expected

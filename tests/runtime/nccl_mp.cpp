@@ -15,6 +15,7 @@
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
+#include "../common/typed_buffer.hpp"
 #include "trainrt/runtime/bucketer.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
 
@@ -44,28 +45,8 @@ double value(unsigned r, std::size_t i, DType t) {
   return v / 64.0;
 }
 
-void store(void* buf, std::size_t i, DType t, double v) {
-  switch (t) {
-    case DType::F32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DType::F64: static_cast<double*>(buf)[i] = v; break;
-    case DType::F16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_f16(static_cast<float>(v)); break;
-    case DType::BF16: static_cast<std::uint16_t*>(buf)[i] = k::f32_to_bf16(static_cast<float>(v)); break;
-    case DType::I32: static_cast<std::int32_t*>(buf)[i] = static_cast<std::int32_t>(v); break;
-    case DType::I64: static_cast<std::int64_t*>(buf)[i] = static_cast<std::int64_t>(v); break;
-  }
-}
-
-double load(const void* buf, std::size_t i, DType t) {
-  switch (t) {
-    case DType::F32: return static_cast<const float*>(buf)[i];
-    case DType::F64: return static_cast<const double*>(buf)[i];
-    case DType::F16: return k::f16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
-    case DType::BF16: return k::bf16_to_f32(static_cast<const std::uint16_t*>(buf)[i]);
-    case DType::I32: return static_cast<const std::int32_t*>(buf)[i];
-    case DType::I64: return static_cast<double>(static_cast<const std::int64_t*>(buf)[i]);
-  }
-  return 0;
-}
+using trainrt::test::load;
+using trainrt::test::store;
 
 // The host reference: ranks in order, rounded through the dtype; NCCL's avg of integers truncates.
 double reference(std::size_t i, DType t, ReduceOp op) {

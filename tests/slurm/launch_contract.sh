@@ -12,6 +12,8 @@ if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"
 
 source "$repo/tests/slurm/harness.sh"
 cluster_harness contract 7917 7918
+# srun, with its "job N queued and waiting" chatter (a step can wait for the previous one to leave) dropped.
+srun_q() { timeout 180 srun "$@" 2>&1 | grep -vE '^srun: job [0-9]+ (queued and waiting for resources|has been allocated resources)$'; }
 task_env='env | grep -E "^(CUDA_VISIBLE_DEVICES|TRAINRT_CUDA_DEVICE|NCCL_IB_HCA|LOCAL_RANK|SLURM_STEP_GPUS)=" | sed "s/^/R$SLURM_PROCID /"'
 
 # ---------------------------------------------------------------- real GPU servers' topologies
@@ -63,12 +65,12 @@ for f in "${topologies[@]}"; do
   want=$("$topo" $flag "$xml" --tasks "$gpus" --format json)
   for mode in gpus-per-node gpus-per-task; do
     count=$gpus; [[ $mode == gpus-per-task ]] && count=1
-    out=$(timeout 180 srun -n "$gpus" -c "$c" --$mode="$count" --train-runtime bash -c "$task_env" 2>&1)
+    out=$(srun_q -n "$gpus" -c "$c" --$mode="$count" --train-runtime bash -c "$task_env" 2>&1)
     if res=$(check_env "$out" "$want" "$mode"); then pass "$f, --$mode: one NCCL_IB_HCA of the rail ports; own GPU at LOCAL_RANK ($res)"
     else fail "$f --$mode" "$res" "$(head -20 <<<"$out")"; fi
   done
   if [[ $f == hwloc-lenovo* ]]; then
-    out=$(timeout 180 srun -N 1 -n 1 -c 8 --gpus-per-node="$gpus" --train-runtime bash -c 'echo "L ${RANK:-none} ${LOCAL_RANK:-none} $TRAINRT_LAUNCHER $CUDA_VISIBLE_DEVICES $NCCL_IB_HCA"' 2>&1)
+    out=$(srun_q -N 1 -n 1 -c 8 --gpus-per-node="$gpus" --train-runtime bash -c 'echo "L ${RANK:-none} ${LOCAL_RANK:-none} $TRAINRT_LAUNCHER $CUDA_VISIBLE_DEVICES $NCCL_IB_HCA"' 2>&1)
     if [[ $out == "L none none 1 0,1,2,3 =mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1" ]]; then
       pass "a launcher step (one task holding 4 GPUs): no per-rank variables, Slurm's GPUs, the node's rails"
     else fail "launcher step" "$out"; fi
@@ -92,24 +94,24 @@ done
 bash "$cluster" start --mode live --task-plugin affinity >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 agree='echo "$SLURM_PROCID $TRAINRT_CPUS $(grep Cpus_allowed_list /proc/self/status | cut -f2) $OMP_NUM_THREADS"'
 for bind in cores map_cpu:1,0; do
-  out=$(timeout 180 srun -n 2 --cpu-bind=$bind --train-runtime=policy=numa bash -c "$agree" 2>&1)
+  out=$(srun_q -n 2 --cpu-bind=$bind --train-runtime=policy=numa bash -c "$agree" 2>&1)
   # TRAINRT_CPUS is the real affinity, OMP_NUM_THREADS its whole cores (one PU per core here).
   if [[ $(wc -l <<<"$out") -eq 2 ]] && awk '$2 != $3 || $4 != 1 {bad=1} END {exit bad}' <<<"$out"; then
     pass "--cpu-bind=$bind: the plugin's CPU variables agree with the affinity Slurm and the plugin left"
   else fail "--cpu-bind=$bind" "$out"; fi
 done
 
-out=$(timeout 180 srun -n 1 --train-runtime=launcher bash -c 'echo "${RANK:-none} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1)
-plain=$(timeout 180 srun -n 1 bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' 2>&1)
+out=$(srun_q -n 1 --train-runtime=launcher bash -c 'echo "${RANK:-none} $(grep Cpus_allowed_list /proc/self/status | cut -f2)"' 2>&1)
+plain=$(srun_q -n 1 bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' 2>&1)
 [[ $out == "none $plain" ]] && pass "launcher: the task keeps the CPUs Slurm gave it ($plain) and gets no RANK" ||
   fail "launcher (live)" "$out" "without the plugin: $plain"
 
-out=$(timeout 180 srun -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
+out=$(srun_q -n 1 --train-runtime bash -c 'echo $TRAINRT_POLICY' 2>&1)
 [[ $out == numa ]] && pass "no GPU in the step: the default policy falls back to numa" || fail "policy fallback" "$out"
 
 out=$(OMP_NUM_THREADS=3 timeout 180 srun -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_KEPT' 2>&1)
 over=$(OMP_NUM_THREADS=3 timeout 180 srun -n 1 --train-runtime=env=override bash -c 'echo $OMP_NUM_THREADS $TRAINRT_ENV_OVERRIDDEN' 2>&1)
-own=$(timeout 180 srun -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS' 2>&1)
+own=$(srun_q -n 1 --train-runtime bash -c 'echo $OMP_NUM_THREADS' 2>&1)
 if [[ $out == "3 OMP_NUM_THREADS" && $over == "$own OMP_NUM_THREADS" && $own != 3 ]]; then
   pass "an exported OMP_NUM_THREADS is kept (and said); env=override replaces it"
 else fail "exported tunables" "$out" "$over" "plugin's own: $own"; fi

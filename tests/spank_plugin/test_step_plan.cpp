@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "../topology/synthetic_topology.hpp"
+#include "two_gpu_node.hpp"
 #include "step_plan.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/topology/load.hpp"
@@ -10,19 +10,7 @@ using namespace trainrt::topo;
 
 namespace {
 
-// 2 NUMA nodes x 4 cores (no SMT); a GPU + IB NIC per NUMA node.
-const Node& node() {
-  static const Node n = [] {
-    trainrt::test::SynthNode s;
-    s.threads_per_core = 1;
-    auto numa = [](const char* gpu, const char* nic, const char* name) {
-      return trainrt::test::SynthNuma{4, {{{trainrt::test::SynthSwitch{{gpu}, {{nic, name, "", 0x0207, 1}}}}}}};
-    };
-    s.packages = {{{numa("0000:05:00.0", "0000:04:00.0", "mlx5_0"), numa("0000:85:00.0", "0000:84:00.0", "mlx5_1")}}};
-    return load_hwloc_xml(trainrt::test::write_hwloc_xml(s, "step-plan"));
-  }();
-  return n;
-}
+const Node& node() { return trainrt::test::two_gpu_node(); }
 
 StepFacts facts() {
   StepFacts f;
@@ -164,7 +152,7 @@ TEST_CASE("GPU lists from Slurm: device numbers, CUDA names, the driver's identi
   CHECK(env_of(sp.tasks[2], "TRAINRT_CUDA_DEVICE") == "1");
 }
 
-TEST_CASE("--gpus-per-task: Slurm binds per task; the plan follows its order and says so", "[step]") {
+TEST_CASE("Slurm binding GPUs per task (--gpus-per-task): the plan follows its order", "[step]") {
   StepFacts f = facts();
   f.step_gpus = f.cuda_visible_devices = "1,0";  // Slurm's order is not PCI order here
   f.gpus_per_task = 1;

@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "../topology/synthetic_topology.hpp"
+#include "two_gpu_node.hpp"
 #include "task_plan.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/topology/load.hpp"
@@ -10,19 +10,7 @@ using namespace trainrt::topo;
 
 namespace {
 
-// 2 NUMA nodes x 4 cores; a GPU + IB NIC per NUMA node.
-const Node& node() {
-  static const Node n = [] {
-    trainrt::test::SynthNode s;
-    s.threads_per_core = 1;
-    auto numa = [](const char* gpu, const char* nic, const char* name) {
-      return trainrt::test::SynthNuma{4, {{{trainrt::test::SynthSwitch{{gpu}, {{nic, name, "", 0x0207, 1}}}}}}};
-    };
-    s.packages = {{{numa("0000:05:00.0", "0000:04:00.0", "mlx5_0"), numa("0000:85:00.0", "0000:84:00.0", "mlx5_1")}}};
-    return load_hwloc_xml(trainrt::test::write_hwloc_xml(s, "task-plan"));
-  }();
-  return n;
-}
+const Node& node() { return trainrt::test::two_gpu_node(); }
 
 StepFacts facts() {
   StepFacts f;

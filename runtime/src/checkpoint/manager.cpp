@@ -101,6 +101,7 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metada
 }
 
 const std::string& Manager::directory() const { return impl_->opts.directory; }
+bootstrap::Session& Manager::session() const { return impl_->session; }
 void Manager::wait_idle() { impl_->join(); }
 const Metadata& Manager::restored_metadata() const { return impl_->restored_metadata; }
 

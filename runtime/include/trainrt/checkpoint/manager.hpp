@@ -90,6 +90,7 @@ class Manager {
   void wait_idle();
 
   const std::string& directory() const;
+  bootstrap::Session& session() const;  // the world this manager saves for
 
  private:
   struct Impl;

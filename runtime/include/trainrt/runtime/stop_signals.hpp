@@ -22,7 +22,8 @@ int stop_signal();  // the signal that arrived, 0 if none
 // Saves `step` (with `metadata`, rank 0's kept), waits for its commit and for old-step cleanup,
 // and exits with kRequeueExitCode, or 1 when the save failed. A step that is already committed (a
 // stop signal right after a periodic save or a restore) is left exactly as it is: that counts as
-// success, the stored metadata included.
+// success, the stored metadata included. Every rank passes a barrier before exiting, so srun's
+// --kill-on-bad-exit cannot cut a rank's final save short.
 [[noreturn]] void save_and_exit(checkpoint::Manager& manager, std::uint64_t step,
                                 std::map<std::string, std::string> metadata = {});
 
