@@ -106,7 +106,7 @@ int run(int argc, char** argv) {
   app.add_option("--gpus", gpus, "allowed GPUs: indexes in PCI order (0,2-3) or PCI bus ids (default: all)");
   app.add_option("--cpus", cpus, "allowed CPUs (PU OS indexes, e.g. 0-23,48-71; default: all)");
   app.add_option("--policy", policy, "rail (default), numa or none");
-  app.add_option("--format", format, "table (default), json or env");
+  app.add_option("--format", format, "table (default), json, env, or nccl-xml (the node as an NCCL_TOPO_FILE)");
   app.add_option("--tasks-per-gpu", tasks_per_gpu, "consecutive ranks sharing one GPU (default 1)");
   app.add_option("--gpus-per-task", gpus_per_task, "GPUs per rank (default 1)");
   app.add_option("--gpu-map", gpu_map, "explicit GPU index per rank, e.g. 3,2,1,0");
@@ -137,8 +137,8 @@ int run(int argc, char** argv) {
     std::fwrite(check.report.data(), 1, check.report.size(), stdout);
     return check.mismatch ? 1 : 0;
   }
-  if (format != "table" && format != "json" && format != "env")
-    throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env", format), "--format");
+  if (format != "table" && format != "json" && format != "env" && format != "nccl-xml")
+    throw trainrt::Error(fmt::format("unknown format '{}'; valid: table, json, env, nccl-xml", format), "--format");
   PlacementRequest req;
   req.policy = parse_policy(policy);
   const std::string source_file = !xml.empty() ? xml : nccl_xml;
@@ -186,6 +186,12 @@ int run(int argc, char** argv) {
     tasks = std::max(tasks, 1u);
   }
   req.tasks = tasks;
+  if (format == "nccl-xml") {
+    std::string out = render_nccl_topology(node);
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0)
+      throw trainrt::Error("cannot write the output", "stdout");
+    return 0;
+  }
   if (rail_signature) {
     std::string host = node.hostname;  // a file's own host name, or this machine's
     char name[256] = {};

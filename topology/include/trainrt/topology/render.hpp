@@ -11,5 +11,8 @@ std::string render_table(const Node& node, const Placement& placement);
 std::string render_json(const Node& node, const Placement& placement);
 // One block of `export NAME=value` lines per rank, shell-quoted.
 std::string render_env_script(const Node& node, const Placement& placement);
+// The node as an NCCL_TOPO_FILE (<system version="1">): per NUMA node a <cpu> with its affinity and
+// the PCIe subtrees holding GPUs and RDMA NICs. load_nccl_xml reads it back to the same rails.
+std::string render_nccl_topology(const Node& node);
 
 }  // namespace trainrt::topo
