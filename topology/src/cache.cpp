@@ -77,8 +77,8 @@ std::vector<std::string> list_dir(const std::string& path) {
   return out;
 }
 
-// What in sysfs changes the Node without a reboot: PCI devices (hot plug, SR-IOV VFs), network
-// interface names (a NIC renamed) and RDMA devices with their port states (a port down).
+// What in sysfs changes the Node without a reboot: PCI devices (hot plug, SR-IOV VFs), the names of
+// device-backed network interfaces (a NIC renamed) and RDMA devices with their port states.
 void device_set(CacheStamp& s) {
   std::uint64_t h = fnv1a64("devices-v1");
   std::uint32_t n = 0;
@@ -88,7 +88,10 @@ void device_set(CacheStamp& s) {
     ++n;
   };
   for (const auto& d : list_dir("/sys/bus/pci/devices")) add("pci:" + d);
-  for (const auto& d : list_dir("/sys/class/net")) add("net:" + d);
+  // Only interfaces of a device: veths, bridges and tunnels that containers and jobs create come and
+  // go all day and are no part of the Node.
+  for (const auto& d : list_dir("/sys/class/net"))
+    if (::access(("/sys/class/net/" + d + "/device").c_str(), F_OK) == 0) add("net:" + d);
   for (const auto& dev : list_dir("/sys/class/infiniband")) {
     const std::string ports = "/sys/class/infiniband/" + dev + "/ports";
     for (const auto& p : list_dir(ports)) add("ib:" + dev + "/" + p + ":" + read_small(ports + "/" + p + "/state"));
