@@ -225,6 +225,14 @@ TEST_CASE("huge and garbage numbers are bounded, never allocated for") {
     CHECK(has_note(v, "longer than"));
     CHECK(exit_code(v) != 0);
   }
+  SECTION("nesting bombs below the size limits are refused before parsing") {
+    d.write("metrics_rank0.jsonl", metrics(0, "n", 1, 3, 0.01, 0) + std::string(30000, '[') + std::string(30000, ']') + "\n");
+    d.write("flight_rank0.json", R"({"rank":0,"ops":)" + std::string(1000000, '[') + std::string(1000000, ']') + "}");
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    CHECK(has_note(v, "metrics_rank0.jsonl: line 6 is not a JSON object"));
+    CHECK(has_note(v, "flight_rank0.json: not complete JSON"));
+  }
   SECTION("a flight file with more ops than kept, and one larger than allowed") {
     std::string ops;
     for (int i = 1; i <= 20000; ++i)
