@@ -176,11 +176,13 @@ EOF
   # the executables find their direct dependencies through RUNPATH, but not what those need
   # (libhwloc's libudev.so.1, say). Sonames the machine has stay the machine's.
   mkdir -p "$prefix/ldpath"
-  local so added=() ldconfig
-  ldconfig=$(command -v ldconfig || echo /sbin/ldconfig)
+  local so added=() cache
+  # Read once: `ldconfig -p | grep -q` under pipefail fails whenever grep quits before ldconfig.
+  cache=$("$(command -v ldconfig || echo /sbin/ldconfig)" -p 2>/dev/null)
   for so in "$libdir"/lib*.so.*; do
     [[ $(basename "$so") =~ ^lib.*\.so\.[0-9]+$ ]] || continue
-    if ! "$ldconfig" -p 2>/dev/null | grep -qE "^[[:space:]]*$(basename "$so") "; then ln -sf "$so" "$prefix/ldpath/"; added+=("$(basename "$so")"); fi
+    # Lines read "<TAB>libfmt.so.9 (libc6,x86-64) => /lib/...".
+    if ! grep -qF $'\t'"$(basename "$so") (" <<<"$cache"; then ln -sf "$so" "$prefix/ldpath/"; added+=("$(basename "$so")"); fi
   done
   export LD_LIBRARY_PATH="$prefix/ldpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   step_result unpack PASS "$(elapsed "$t0")" "$(($(wc -l <"$carry/debs/MANIFEST.tsv") - 1)) .debs into $prefix; on LD_LIBRARY_PATH: ${added[*]:-none}"
@@ -247,8 +249,9 @@ print(" ".join(sorted(out)))' "$build"
 # library it needs, carried ones included.
 build_step() {
   local name=$1 t0=$SECONDS exe bad=(); shift
-  if ! timeout "$(remaining)" ninja -C "$build" -j "$jobs" "$@" >"$logs/$name.log" 2>&1; then
-    step_result "$name" FAIL "$(elapsed "$t0")" "see $name.log: $(grep -m1 -E 'error|FAILED|unknown target' "$logs/$name.log")"
+  # -k 0: every failing target is in the log, not only the first.
+  if ! timeout "$(remaining)" ninja -C "$build" -k 0 -j "$jobs" "$@" >"$logs/$name.log" 2>&1; then
+    step_result "$name" FAIL "$(elapsed "$t0")" "see $name.log: $(grep -c '^FAILED:' "$logs/$name.log") failed: $(grep '^FAILED:' "$logs/$name.log" | cut -c9- | head -5 | paste -sd,)$(grep -m1 'unknown target' "$logs/$name.log")"
     return 1
   fi
   while IFS= read -r exe; do
