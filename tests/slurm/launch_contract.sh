@@ -117,7 +117,7 @@ if [[ $out == "3 OMP_NUM_THREADS" && $over == "$own OMP_NUM_THREADS" && $own != 
 else fail "exported tunables" "$out" "$over" "plugin's own: $own"; fi
 
 low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
-ports=$(for _ in 1 2 3 4 5 6; do timeout 60 srun -n 1 --train-runtime bash -c 'echo $MASTER_PORT'; done 2>&1)
+ports=$(for _ in 1 2 3 4 5 6; do srun_q -n 1 --train-runtime bash -c 'echo $MASTER_PORT'; done)
 if [[ $(sort -u <<<"$ports" | wc -l) -eq 6 ]] && awk -v low="$low" '$1 >= low || $1 < 1024 {bad=1} END {exit bad}' <<<"$ports"; then
   pass "MASTER_PORT below the ephemeral range ($low) and distinct for 6 jobs"
 else fail "MASTER_PORT" "$ports"; fi
