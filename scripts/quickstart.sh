@@ -19,8 +19,8 @@ if [[ -f $turin ]]; then
   echo
   echo "== 1. Placement on a node described by a real 4x H200 server (Lenovo SD665-N V3): one rank per GPU"
   bash "$cluster" start --mode xml --xml "$turin"
-  bash "$cluster" run srun -n 4 -c 32 --gpus-per-task=1 --train-runtime=show bash -c \
-    'echo "rank $RANK/$WORLD_SIZE  GPU $TRAINRT_GPU_BUSIDS (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES)  NCCL_IB_HCA=$NCCL_IB_HCA  cpus $TRAINRT_CPUS  mem NUMA $TRAINRT_MEMS  OMP_NUM_THREADS=$OMP_NUM_THREADS"' \
+  bash "$cluster" run srun -n 4 -c 32 --gpus-per-node=4 --train-runtime=show bash -c \
+    'echo "rank $RANK/$WORLD_SIZE  GPU $TRAINRT_GPU_BUSIDS (CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, own at LOCAL_RANK=$LOCAL_RANK)  NCCL_IB_HCA=$NCCL_IB_HCA  cpus $TRAINRT_CPUS  mem NUMA $TRAINRT_MEMS  OMP_NUM_THREADS=$OMP_NUM_THREADS"' \
     | sort -k2 -n
 fi
 
