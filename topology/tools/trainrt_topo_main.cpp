@@ -26,43 +26,8 @@ namespace {
 
 constexpr int kBadInput = 2;
 
-// Length of the valid UTF-8 sequence at s[i] encoding a printable (non-C1) code point, or 0.
-std::size_t printable_utf8(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned c = b(i);
-  std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  if (n == 2 && c == 0xc2 && b(i + 1) < 0xa0) return 0;           // C1 controls U+0080-U+009F
-  if (n == 3 && c == 0xe0 && b(i + 1) < 0xa0) return 0;           // overlong
-  if (n == 3 && c == 0xed && b(i + 1) >= 0xa0) return 0;          // surrogates
-  if (n == 4 && c == 0xf0 && b(i + 1) < 0x90) return 0;           // overlong
-  if (n == 4 && c == 0xf4 && b(i + 1) >= 0x90) return 0;          // beyond U+10FFFF
-  return n;
-}
-
-// One line of printable text: control bytes, invalid UTF-8 and C1 controls become \xNN, so a
-// message quoting a hostile file can neither break the one-line contract nor drive a terminal.
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += s[i++];
-    } else if (std::size_t n = c >= 0x80 ? printable_utf8(s, i) : 0) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-      ++i;
-    }
-  }
-  return out;
-}
-
 int fail(std::string_view message) {
-  std::string line = "trainrt-topo: " + one_line(message) + "\n";
+  std::string line = "trainrt-topo: " + trainrt::topo::escape_line(message) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   return kBadInput;
 }
