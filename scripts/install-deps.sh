@@ -17,6 +17,10 @@ packages=(
   libgloo-dev
   # the launch-contract test: a PyTorch script (CPU) under srun --train-runtime, the torchrun way
   python3-torch
+  # the trainrt Python module: built against Debian's Python, tested in a fresh venv (pip install .)
+  python3-dev python3-venv python3-numpy
+  # the culprit finder's metrics: the .prom file is parsed with prometheus_client's own parser
+  python3-prometheus-client
   # the build (Ninja) and the Debian packages (CPack runs dpkg-shlibdeps from dpkg-dev)
   ninja-build dpkg-dev file
   # the aarch64 compile check of the portable sources (Grace Hopper nodes)

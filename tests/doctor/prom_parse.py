@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parses the trainer's .prom file with the prometheus_client package's own text-format parser
 (the one a Prometheus-compatible consumer would use). Usage: prom_parse.py WRITER.
-Exit 77 (skipped) when prometheus_client is not installed: pip install prometheus_client."""
+Exit 77 (skipped) when prometheus_client is not installed (Debian: python3-prometheus-client)."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import tempfile
 try:
     from prometheus_client.parser import text_string_to_metric_families
 except ImportError:
-    print("SKIPPED: python3 has no prometheus_client (pip install prometheus_client)")
+    print("SKIPPED: python3 has no prometheus_client (scripts/install-deps.sh installs python3-prometheus-client)")
     sys.exit(77)
 
 writer = sys.argv[1]
