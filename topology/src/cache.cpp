@@ -18,24 +18,10 @@
 #include "trainrt/error.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
+#include "trainrt/topology/render.hpp"
 
 namespace trainrt::topo {
 namespace {
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 class Dir {
  public:
@@ -107,19 +93,6 @@ std::string hwloc_runtime_version() {
 
 std::int64_t ns(const struct timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec; }
 
-// A directory or file a cache may be trusted from: root's or ours, and nobody else may write it.
-void check_owner_mode(const struct stat& st, const std::string& what, const std::string& path) {
-  if (st.st_uid != 0 && st.st_uid != ::geteuid())
-    throw Error(fmt::format("{} is owned by uid {}, neither root nor this user", what, st.st_uid), path);
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    throw Error(fmt::format("{} is writable by group or others (mode {:o})", what, st.st_mode & 07777), path);
-}
-
-std::string parent_of(const std::string& path) {
-  std::filesystem::path p(path);
-  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
-}
-
 }  // namespace
 
 CacheStamp current_stamp(const std::string& xml_path, bool with_content_hash) {
@@ -154,72 +127,55 @@ void check_fresh(const CacheStamp& have, const CacheStamp& want, const std::stri
 }
 
 CachedNode read_cache_file(const std::string& path) {
-  if (path.empty() || path.front() != '/') throw Error("the topology cache path must be absolute", path);
-  const std::string dir = parent_of(path);
-  struct stat dst {};
-  if (::lstat(dir.c_str(), &dst) != 0)
-    throw Error(fmt::format("cannot stat the cache directory: {}", std::strerror(errno)), dir);
-  if (!S_ISDIR(dst.st_mode)) throw Error("the cache directory is not a directory (or is a link)", dir);
-  check_owner_mode(dst, "the cache directory", dir);
-
-  // O_NOFOLLOW: a link is refused, not followed; O_NONBLOCK: a FIFO cannot hang the step.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW));
-  if (fd.get() < 0) throw Error(fmt::format("cannot open topology cache: {}", std::strerror(errno)), path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw Error(fmt::format("cannot stat topology cache: {}", std::strerror(errno)), path);
-  if (!S_ISREG(st.st_mode)) throw Error("topology cache is not a regular file", path);
-  check_owner_mode(st, "topology cache", path);
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxCacheBytes)
-    throw Error(fmt::format("topology cache is {} bytes, more than the {} MiB limit", st.st_size, kMaxCacheBytes >> 20),
-                path);
-  // One byte more than fstat said, so a file growing under us is caught rather than cut.
-  std::string bytes(static_cast<std::size_t>(st.st_size) + 1, '\0');
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    ssize_t n = ::read(fd.get(), bytes.data() + got, bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("cannot read topology cache: {}", std::strerror(errno)), path);
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  if (got != static_cast<std::size_t>(st.st_size)) throw Error("topology cache changed size while being read", path);
-  bytes.resize(got);
-  return decode_cache(bytes, path);
+  FileRead f = read_checked_file(path, kMaxCacheBytes, "topology cache", true);
+  return decode_cache(f.bytes, path);
 }
 
 void write_cache_file(const CachedNode& cached, const std::string& path) {
-  if (path.empty() || path.front() != '/') throw Error("the topology cache path must be absolute", path);
-  const std::string bytes = encode_cache(cached);
-  const std::string dir = parent_of(path);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    throw Error(fmt::format("cannot create the cache directory: {}", std::strerror(errno)), dir);
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (fd.get() < 0) throw Error(fmt::format("cannot create topology cache: {}", std::strerror(errno)), tmp);
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {}", what, std::strerror(err)), tmp);
-  };
-  if (::fchmod(fd.get(), 0644) != 0) fail("cannot set the cache's mode");  // whatever the umask
-  for (std::size_t off = 0; off < bytes.size();) {
-    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("cannot write topology cache");
-    off += static_cast<std::size_t>(n);
+  write_file_atomic(path, encode_cache(cached), "topology cache");
+}
+
+std::string nccl_topo_path(const std::string& cache_path) {
+  constexpr std::string_view ext = ".cache";
+  std::string_view base(cache_path);
+  if (base.ends_with(ext)) base.remove_suffix(ext.size());
+  return std::string(base) + ".nccl.xml";
+}
+
+void write_nccl_topo_file(const Node& node, const std::string& cache_path) {
+  const std::string path = nccl_topo_path(cache_path);
+  if (node.gpus.empty()) {
+    // No GPU, nothing for NCCL: an old file from before must not outlive the node it described.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      throw Error(fmt::format("cannot remove an old NCCL topology file: {}", std::strerror(errno)), path);
+    return;
   }
-  if (::fsync(fd.get()) != 0) fail("cannot sync topology cache");
-  if (::close(fd.release()) != 0) fail("cannot close topology cache");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot put the topology cache in place");
+  write_file_atomic(path, render_nccl_topology(node), "NCCL topology file");
+}
+
+std::string check_nccl_topo_file(const Node& node, const std::string& path) {
+  try {
+    // NCCL files of real nodes are a few KB; one per GPU and NIC line bounds it far below this.
+    constexpr std::size_t kMaxNcclTopoBytes = 4u << 20;
+    FileRead f = read_checked_file(path, kMaxNcclTopoBytes, "NCCL topology file", true);
+    // Written beside the cache from the same Node: any other content is stale or not ours.
+    if (f.bytes != render_nccl_topology(node)) return fmt::format("{}: not the rendering of this node's topology (stale)", path);
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
 }
 
 namespace {
 
-Node load_cached_or(const std::string& xml_path, std::string* note, const std::string& cache_path) {
+Node load_cached_or(const std::string& xml_path, std::string* note, const std::string& cache_path, bool* used) {
   if (note) note->clear();
+  if (used) *used = false;
+  if (cache_path.empty()) return xml_path.empty() ? load_live() : load_file(xml_path);  // cache off
   try {
     CachedNode cached = read_cache_file(cache_path);
     check_fresh(cached.stamp, current_stamp(xml_path, false), cache_path);
+    if (used) *used = true;
     return std::move(cached.node);
   } catch (const Error& e) {
     // No cache at all is the normal state of a node whose admin did not write one: no note.
@@ -232,12 +188,12 @@ Node load_cached_or(const std::string& xml_path, std::string* note, const std::s
 
 }  // namespace
 
-Node load_cached_or_live(std::string* note, const std::string& cache_path) {
-  return load_cached_or("", note, cache_path);
+Node load_cached_or_live(std::string* note, const std::string& cache_path, bool* used) {
+  return load_cached_or("", note, cache_path, used);
 }
 
-Node load_cached_or_file(const std::string& xml_path, std::string* note, const std::string& cache_path) {
-  return load_cached_or(xml_path, note, cache_path);
+Node load_cached_or_file(const std::string& xml_path, std::string* note, const std::string& cache_path, bool* used) {
+  return load_cached_or(xml_path, note, cache_path, used);
 }
 
 }  // namespace trainrt::topo

@@ -8,58 +8,120 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "trainrt/error.hpp"
 
 namespace trainrt::topo {
 namespace {
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
+std::string parent_of(const std::string& path) {
+  std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
 
- private:
-  int fd_;
-};
+// Root's or ours, and nobody else may write it.
+void check_owner_mode(const struct stat& st, const std::string& what, const std::string& path) {
+  if (st.st_uid != 0 && st.st_uid != ::geteuid())
+    throw Error(fmt::format("{} is owned by uid {}, neither root nor this user", what, st.st_uid), path);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw Error(fmt::format("{} is writable by group or others (mode {:o})", what, st.st_mode & 07777), path);
+}
 
 }  // namespace
 
-std::string read_topology_file(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; fstat then rejects it.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-  if (fd.get() < 0) throw Error(fmt::format("cannot open topology file: {}", std::strerror(errno)), path);
+void check_trusted_directory(const std::string& dir, const char* what) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    throw Error(fmt::format("cannot stat topology file: {}", std::strerror(errno)), path);
-  if (!S_ISREG(st.st_mode)) throw Error("topology path is not a regular file", path);
-  if (st.st_size == 0) throw Error("topology file is empty", path);
-  if (static_cast<std::uint64_t>(st.st_size) > kMaxTopologyFileBytes)
-    throw Error(fmt::format("topology file is {} bytes, more than the {} MiB limit", st.st_size,
-                            kMaxTopologyFileBytes >> 20),
-                path);
-  // The size may change under us: read at most one byte beyond the cap, whatever fstat said.
-  std::string text(static_cast<std::size_t>(st.st_size) + 1, '\0');
+  if (::lstat(dir.c_str(), &st) != 0)
+    throw Error(fmt::format("cannot stat the {} directory: {}", what, std::strerror(errno)), dir);
+  if (!S_ISDIR(st.st_mode)) throw Error(fmt::format("the {} directory is not a directory (or is a link)", what), dir);
+  check_owner_mode(st, fmt::format("the {} directory", what), dir);
+  // Ancestors: whoever may rename one may put another tree in its place. A sticky, group/world-
+  // writable ancestor (/tmp) is fine: only its entries' owners (root or us, checked below) may.
+  // Links among the ancestors are followed by stat (/run -> /var/run on some systems), each
+  // target's owner and mode checked; at most 64 levels.
+  std::filesystem::path p = std::filesystem::path(dir).parent_path();
+  for (int depth = 0; depth < 64; ++depth) {
+    if (::stat(p.c_str(), &st) != 0)
+      throw Error(fmt::format("cannot stat an ancestor of the {} directory: {}", what, std::strerror(errno)), p.string());
+    if (st.st_uid != 0 && st.st_uid != ::geteuid())
+      throw Error(fmt::format("an ancestor of the {} directory is owned by uid {}, neither root nor this user", what,
+                              st.st_uid),
+                  p.string());
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+      throw Error(fmt::format("an ancestor of the {} directory is writable by group or others (mode {:o})", what,
+                              st.st_mode & 07777),
+                  p.string());
+    if (!p.has_parent_path() || p.parent_path() == p) return;
+    p = p.parent_path();
+  }
+  throw Error(fmt::format("the {} directory is more than 64 levels deep", what), dir);
+}
+
+FileRead read_checked_file(const std::string& path, std::size_t max_bytes, const char* what, bool trusted) {
+  if (trusted) {
+    if (path.empty() || path.front() != '/') throw Error(fmt::format("the {} path must be absolute", what), path);
+    check_trusted_directory(parent_of(path), what);
+  }
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; fstat then rejects it.
+  // O_NOFOLLOW (trusted): a link is refused, not followed.
+  const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (trusted ? O_NOFOLLOW : 0);
+  Fd fd(::open(path.c_str(), flags));
+  if (fd.get() < 0) throw Error(fmt::format("cannot open {}: {}", what, std::strerror(errno)), path);
+  FileRead out;
+  if (::fstat(fd.get(), &out.st) != 0) throw Error(fmt::format("cannot stat {}: {}", what, std::strerror(errno)), path);
+  if (!S_ISREG(out.st.st_mode)) throw Error(fmt::format("{} is not a regular file", what), path);
+  if (trusted) check_owner_mode(out.st, what, path);
+  if (static_cast<std::uint64_t>(out.st.st_size) > max_bytes)
+    throw Error(fmt::format("{} is {} bytes, more than the {} MiB limit", what, out.st.st_size, max_bytes >> 20), path);
+  // One byte more than fstat said (procfs and sysfs say 0 or 4096), doubling up to one byte past
+  // the cap: a file growing under us is caught rather than cut.
+  std::string& text = out.bytes;
+  text.resize(std::min(static_cast<std::size_t>(out.st.st_size) + 1, max_bytes + 1));
   std::size_t got = 0;
   while (got < text.size()) {
     ssize_t n = ::read(fd.get(), text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("cannot read topology file: {}", std::strerror(errno)), path);
+    if (n < 0) throw Error(fmt::format("cannot read {}: {}", what, std::strerror(errno)), path);
     if (n == 0) break;
     got += static_cast<std::size_t>(n);
-    if (got == text.size() && got <= kMaxTopologyFileBytes) text.resize(std::min(text.size() * 2, kMaxTopologyFileBytes + 1));
+    if (got == text.size() && got <= max_bytes) text.resize(std::min(text.size() * 2, max_bytes + 1));
   }
-  if (got > kMaxTopologyFileBytes)
-    throw Error(fmt::format("topology file grew beyond the {} MiB limit while being read", kMaxTopologyFileBytes >> 20),
-                path);
+  if (got > max_bytes)
+    throw Error(fmt::format("{} grew beyond the {} MiB limit while being read", what, max_bytes >> 20), path);
   text.resize(got);
-  if (text.empty()) throw Error("topology file is empty", path);
-  return text;
+  return out;
+}
+
+std::string read_topology_file(const std::string& path) {
+  FileRead f = read_checked_file(path, kMaxTopologyFileBytes, "topology file", false);
+  if (f.bytes.empty()) throw Error("topology file is empty", path);
+  return std::move(f.bytes);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes, const char* what) {
+  if (path.empty() || path.front() != '/') throw Error(fmt::format("the {} path must be absolute", what), path);
+  const std::string dir = parent_of(path);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw Error(fmt::format("cannot create the {} directory: {}", what, std::strerror(errno)), dir);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (fd.get() < 0) throw Error(fmt::format("cannot create {}: {}", what, std::strerror(errno)), tmp);
+  auto fail = [&](const std::string& doing) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: {}", doing, std::strerror(err)), tmp);
+  };
+  if (::fchmod(fd.get(), 0644) != 0) fail(fmt::format("cannot set the mode of {}", what));  // whatever the umask
+  for (std::size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(fmt::format("cannot write {}", what));
+    off += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) fail(fmt::format("cannot sync {}", what));
+  if (::close(fd.release()) != 0) fail(fmt::format("cannot close {}", what));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("cannot put {} in place", what));
 }
 
 void parse_topology_xml(const std::string& text, const std::string& path, pugi::xml_document& doc) {

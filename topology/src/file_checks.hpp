@@ -2,11 +2,51 @@
 // Reading a topology file without trusting it: one descriptor, bounded size, and an XML parse whose
 // every size and depth is capped before a loader (or hwloc) walks the tree. The caps are the ones
 // docs/hostile-inputs.md ("Topology") documents; a file beyond one is an error naming it.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <pugixml.hpp>
 #include <string>
+#include <utility>
 
 namespace trainrt::topo {
+
+// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// The one place files are opened and read for topology work: a regular file opened without
+// blocking (a FIFO cannot hang a step), at most `max_bytes`, read whole through the descriptor
+// (a file growing while read is caught, not cut). `what` names the file in errors ("topology
+// file", "topology cache"). With `trusted`, also: opened without following a link, owned by root or
+// the effective user, not group/world-writable, and so is its directory and every ancestor up to
+// '/' (a group/world-writable ancestor is accepted only with the sticky bit, like /tmp, where no
+// one else can rename our entries). Throws trainrt::Error naming `path`.
+struct FileRead {
+  std::string bytes;
+  struct stat st {};
+};
+FileRead read_checked_file(const std::string& path, std::size_t max_bytes, const char* what, bool trusted);
+
+// The directory chain check of read_checked_file(trusted): `dir` and every ancestor.
+void check_trusted_directory(const std::string& dir, const char* what);
+
+// Writes `bytes` atomically: a temporary file beside `path` (O_EXCL, no link followed), mode 0644
+// whatever the umask, fsync, rename. Creates the last directory component (0755) when missing.
+void write_file_atomic(const std::string& path, const std::string& bytes, const char* what);
 
 // The largest file read (real hwloc XMLs of 256-PU GPU servers are about 300 KB).
 inline constexpr std::size_t kMaxTopologyFileBytes = 16u << 20;

@@ -56,7 +56,9 @@ int run(int argc, char** argv) {
   std::string write_cache, cache;
   auto* write_opt = app.add_option("--write-cache", write_cache,
                                    "write the digested topology cache to this absolute path (as root, once per boot; "
-                                   "the plugin reads " + std::string(kDefaultCachePath) + ") and exit");
+                                   "the plugin reads " + std::string(kDefaultCachePath) +
+                                       "), and the node's NCCL topology beside it (PATH without .cache, "
+                                       "plus .nccl.xml; none without GPUs), and exit");
   auto* cache_opt = app.add_option("--cache", cache, "read the node from this topology cache; an unusable one is an error");
   write_opt->excludes(cache_opt);
   bool rail_signature = false;
@@ -111,9 +113,12 @@ int run(int argc, char** argv) {
     CachedNode cached;
     cached.stamp = current_stamp(source_file, true);
     cached.node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
+    // The NCCL topology beside it first: a step that finds the new cache compares the file with it.
+    write_nccl_topo_file(cached.node, write_cache);
     write_cache_file(cached, write_cache);
     fmt::print("wrote {} ({} GPUs, {} NICs, source {})\n", write_cache, cached.node.gpus.size(), cached.node.nics.size(),
                cached.stamp.source);
+    if (!cached.node.gpus.empty()) fmt::print("wrote {} (NCCL_TOPO_FILE)\n", nccl_topo_path(write_cache));
     return 0;
   }
   Node node;

@@ -60,4 +60,16 @@ void check_fresh(const CacheStamp& have, const CacheStamp& want, const std::stri
 // creating the last directory component (0755) when it is missing.
 void write_cache_file(const CachedNode& cached, const std::string& path);
 
+// The generated NCCL topology (NCCL_TOPO_FILE) that `trainrt-topo --write-cache` writes beside the
+// cache: "/run/train-runtime/topology.cache" -> "/run/train-runtime/topology.nccl.xml" (a path not
+// ending in ".cache" gets ".nccl.xml" appended).
+std::string nccl_topo_path(const std::string& cache_path);
+// Writes render_nccl_topology(node) there atomically (0644); a node without GPUs gets none (an old
+// file is removed).
+void write_nccl_topo_file(const Node& node, const std::string& cache_path);
+// "" when `path` may be handed to NCCL for `node`: trusted like the cache (no link, regular, root's
+// or ours, not writable by others, nor its directory or ancestors) and byte for byte the rendering
+// of `node` (so it is exactly as fresh as the cache it was written with). Else why not.
+std::string check_nccl_topo_file(const Node& node, const std::string& path);
+
 }  // namespace trainrt::topo

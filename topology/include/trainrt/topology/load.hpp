@@ -19,9 +19,11 @@ inline constexpr const char* kDefaultCachePath = "/run/train-runtime/topology.ca
 // The cache at `cache_path` when it is trustworthy and fresh for this source (the live machine,
 // or the topology file `xml_path`), else load_live() / load_file(xml_path): the one place that
 // falls back, on purpose. `note` receives why the cache was not used; it is "" when it was used
-// or when no cache file exists at all (a node whose admin wrote none).
-Node load_cached_or_live(std::string* note = nullptr, const std::string& cache_path = kDefaultCachePath);
+// or when no cache file exists at all (a node whose admin wrote none). An empty `cache_path` means
+// no cache (plugstack topology_cache=off). `used` receives whether the cached Node was returned.
+Node load_cached_or_live(std::string* note = nullptr, const std::string& cache_path = kDefaultCachePath,
+                         bool* used = nullptr);
 Node load_cached_or_file(const std::string& xml_path, std::string* note = nullptr,
-                         const std::string& cache_path = kDefaultCachePath);
+                         const std::string& cache_path = kDefaultCachePath, bool* used = nullptr);
 
 }  // namespace trainrt::topo
