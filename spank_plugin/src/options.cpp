@@ -31,6 +31,8 @@ constexpr std::pair<const char*, NicScope> kNics[] = {{"node", NicScope::Node}, 
 constexpr std::pair<const char*, MemPolicy> kMem[] = {
     {"prefer", MemPolicy::Prefer}, {"bind", MemPolicy::Bind}, {"off", MemPolicy::Off}};
 constexpr std::pair<const char*, EnvMode> kEnv[] = {{"keep", EnvMode::Keep}, {"override", EnvMode::Override}};
+constexpr std::pair<const char*, NcclTopo> kNcclTopo[] = {
+    {"auto", NcclTopo::Auto}, {"always", NcclTopo::Always}, {"off", NcclTopo::Off}};
 constexpr std::pair<const char*, LauncherMode> kLauncher[] = {
     {"auto", LauncherMode::Auto}, {"on", LauncherMode::On}, {"off", LauncherMode::Off}};
 
@@ -64,6 +66,7 @@ std::string printable(std::string_view s) {
 }
 
 const char* to_string(BindMode mode) { return name_of(kBind, mode); }
+const char* to_string(NcclTopo mode) { return name_of(kNcclTopo, mode); }
 
 UserOptions parse_user_options(std::string_view text) {
   UserOptions o;
@@ -178,7 +181,7 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
   AdminConfig c;
   constexpr const char* valid =
       "valid: enable=default|always|never, policy=rail|numa|none, topology_xml=PATH, nic_include=NAME[,NAME...], "
-      "strict=0|1, ifname=INTERFACE, rail_ids=0|1";
+      "strict=0|1, ifname=INTERFACE, rail_ids=0|1, topology_cache=PATH|off, nccl_topo=auto|always|off";
   auto bad = [&](const std::string& key, const std::string& value) {
     return Error(fmt::format("plugstack.conf: {}='{}'; {}", key, printable(value), valid));
   };
@@ -208,6 +211,24 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
     } else if (key == "topology_xml") {
       if (value.front() != '/') throw Error(fmt::format("plugstack.conf: topology_xml='{}' must be an absolute path", printable(value)));
       c.topology_xml = value;
+    } else if (key == "topology_cache") {
+      if (value == "off") {
+        c.topology_cache.clear();
+      } else {
+        // An absolute path without '..' or a trailing '/': the directory checks (root-owned, not
+        // writable by others, every ancestor too) must look at the directory really used.
+        if (value.front() != '/' || value.back() == '/' || value.size() > 4096 || value.find("/../") != std::string::npos ||
+            value.ends_with("/..") || value.find("/./") != std::string::npos)
+          throw Error(fmt::format("plugstack.conf: topology_cache='{}' must be an absolute path to a file (no '.' or "
+                                  "'..' components) or off",
+                                  printable(value)));
+        c.topology_cache = value;
+      }
+    } else if (key == "nccl_topo") {
+      bool found = false;
+      for (const auto& [text, v] : kNcclTopo)
+        if (value == text) c.nccl_topo = v, found = true;
+      if (!found) throw bad(key, value);
     } else if (key == "nic_include") {
       for (auto part : split(value, ','))
         if (!part.empty()) c.nic_include.emplace_back(part);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
 
 namespace trainrt::spank {
@@ -42,6 +43,9 @@ UserOptions merge(const UserOptions& base, const UserOptions& over);
 std::string user_help();
 
 enum class Enable { Default, Always, Never };
+// NCCL_TOPO_FILE: exported on virtual machines (auto), on every node (always) or never (off). The file
+// is the one `trainrt-topo --write-cache` writes beside the cache (topo::nccl_topo_path).
+enum class NcclTopo { Auto, Always, Off };
 
 struct AdminConfig {
   Enable enable = Enable::Default;
@@ -51,13 +55,17 @@ struct AdminConfig {
   bool strict = true;                    // false: placement errors warn and leave tasks unbound
   std::string ifname;                    // the data network's interface (MASTER_ADDR, Gloo, NCCL sockets)
   bool rail_ids = false;                 // NCCL_IB_HCA as hca:port:rail (NCCL >= 2.30.7)
+  std::string topology_cache = topo::kDefaultCachePath;  // the digested cache; empty = off
+  NcclTopo nccl_topo = NcclTopo::Auto;
 };
 
-// plugstack.conf arguments: enable=, policy=, topology_xml=, nic_include=, strict=, ifname=, rail_ids=.
+// plugstack.conf arguments: enable=, policy=, topology_xml=, nic_include=, strict=, ifname=, rail_ids=,
+// topology_cache=PATH|off, nccl_topo=auto|always|off.
 // Throws trainrt::Error("plugstack.conf: ...") on an unknown key or a bad value.
 AdminConfig parse_admin_args(const std::vector<std::string>& args);
 
 const char* to_string(BindMode mode);
+const char* to_string(NcclTopo mode);
 // Control bytes and bytes >= 0x7f as \xNN: for anything a user or a file wrote that we print.
 std::string printable(std::string_view s);
 

@@ -21,10 +21,12 @@ extern "C" {
 
 #include "gpu_identity.hpp"
 #include "launch_net.hpp"
+#include "nccl_topo.hpp"
 #include "options.hpp"
 #include "step_plan.hpp"
 #include "task_plan.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 
 // SPANK_PLUGIN(train_runtime, 1) spelled out: in C++ a const object in an extern "C" block still has
@@ -240,6 +242,23 @@ void apply_binding(const FinalTask& t) {
   if (rc != 0) throw trainrt::Error(fmt::format("set_mempolicy(NUMA {}) failed", fmt::join(t.mems, ",")));
 }
 
+// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when). The VM test and the file's
+// check run only when they decide something, so bare-metal steps in auto mode pay nothing.
+void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan& plan) {
+  const AdminConfig& admin = state().admin;
+  if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return;
+  NcclTopoInput in;
+  in.mode = admin.nccl_topo;
+  in.is_vm = in.mode == NcclTopo::Auto && this_node_is_vm();
+  in.cache_used = cache_used;
+  in.path = topo::nccl_topo_path(admin.topology_cache);
+  in.user_value = job_getenv(sp, "NCCL_TOPO_FILE");
+  NcclTopoChoice c = choose_nccl_topo(in, [&] { return topo::check_nccl_topo_file(node, in.path); });
+  if (!c.note.empty()) plan.notes.push_back(c.note);
+  if (c.export_path.empty()) return;
+  for (auto& t : plan.tasks) t.env.push_back({"NCCL_TOPO_FILE", c.export_path});
+}
+
 bool is_special_step(uint32_t step_id) {
   return step_id == SLURM_BATCH_SCRIPT || step_id == SLURM_EXTERN_CONT || step_id == SLURM_INTERACTIVE_STEP;
 }
@@ -306,11 +325,15 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       const bool live = s.admin.topology_xml.empty();
       // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo --write-cache`) when
       // fresh for this source, else discovery as before, saying why the cache was passed over.
+      // topology_cache=off gives an empty path: discovery every step.
       std::string cache_note;
-      topo::Node node = live ? topo::load_cached_or_live(&cache_note)
-                             : topo::load_cached_or_file(s.admin.topology_xml, &cache_note);
+      bool cache_used = false;
+      const std::string& cache = s.admin.topology_cache;
+      topo::Node node = live ? topo::load_cached_or_live(&cache_note, cache, &cache_used)
+                             : topo::load_cached_or_file(s.admin.topology_xml, &cache_note, cache, &cache_used);
       if (!cache_note.empty()) slurm_info("train-runtime: %s", printable(cache_note).c_str());
       s.plan = plan_step(node, live, gather_facts(sp, live), user, s.admin);
+      add_nccl_topo(sp, node, cache_used, *s.plan);
       for (const auto& n : s.plan->notes) slurm_info("train-runtime: %s", printable(n).c_str());
     } catch (const std::exception& e) {
       // user_init errors do not fail an srun step; keep them for task_init, which can.
