@@ -37,6 +37,7 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#packages[@]} packages present"
+  bash "$(dirname "$0")/python-env.sh"  # the venv with nanobind for the Python module (idempotent)
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -47,3 +48,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+bash "$(dirname "$0")/python-env.sh"  # the venv with nanobind for the Python module (idempotent)

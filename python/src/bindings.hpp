@@ -1,0 +1,22 @@
+#pragma once
+// The parts of the module, each adding its classes and functions to `m`.
+#include <nanobind/nanobind.h>
+
+#include <string>
+
+#include "trainrt/error.hpp"
+
+namespace trainrt::py {
+
+// A trainrt::Error from the checkpoint layer: raised in Python as trainrt.CheckpointError. The C++
+// runtime throws plain trainrt::Error there; the binding marks it so Python code can tell a bad
+// checkpoint from a failed collective without parsing messages.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+void bind_world(nanobind::module_& m);
+void bind_checkpoint(nanobind::module_& m);
+
+}  // namespace trainrt::py

@@ -1,0 +1,318 @@
+// trainrt._trainrt.Manager and verify(): checkpoint::Manager and checkpoint::inspect for Python.
+//
+// Registered tensors are used in place (the Manager stages and restores their memory directly);
+// the binding keeps a reference to each so Python cannot free memory the runtime still points
+// at. Element types the runtime has no DType for (uint8, int8, bool, ...) are saved as opaque
+// bytes: copied into a blob at save(), back into the tensor after restore().
+#include <fmt/format.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "bindings.hpp"
+#include "tensor.hpp"
+#include "trainrt/checkpoint/inspect.hpp"
+#include "trainrt/checkpoint/manager.hpp"
+#include "trainrt/runtime/stop_signals.hpp"
+#include "world.hpp"
+
+namespace trainrt::py {
+
+namespace {
+
+namespace ckpt = trainrt::checkpoint;
+
+// Runs `f`, turning the runtime's plain trainrt::Error into CheckpointError; PeerError and
+// UsageError keep their kinds.
+template <typename F>
+auto checkpoint_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const PeerError&) {
+    throw;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(e.what());
+  }
+}
+
+ckpt::Sharding sharding(bool replicated) { return replicated ? ckpt::Sharding::Replicated : ckpt::Sharding::PerRank; }
+
+nb::dict save_result(const ckpt::SaveResult& r) {
+  nb::dict d;
+  d["step"] = r.step;
+  d["stall_seconds"] = r.stall_seconds;
+  d["persist_seconds"] = r.persist_seconds;
+  d["shard_bytes"] = r.shard_bytes;
+  d["already_committed"] = r.already_committed;
+  return d;
+}
+
+class PyManager {
+ public:
+  PyManager(World& world, const std::string& directory, unsigned keep_last, bool verify_before_load, bool verbose)
+ {
+    if (keep_last < 1) throw UsageError(fmt::format("keep_last={}: keep at least 1 step", keep_last), "checkpoint");
+    ckpt::Options o;
+    o.directory = directory;
+    o.keep_last = keep_last;
+    o.verify_before_load = verify_before_load;
+    if (verbose) {
+      // Called from the writer thread too: plain stderr, never Python.
+      const unsigned rank = world.runtime().rank;
+      o.log = [rank](const std::string& line) { std::fprintf(stderr, "trainrt checkpoint [rank %u]: %s\n", rank, line.c_str()); };
+    }
+    checkpoint_call([&] {
+      nb::gil_scoped_release release;
+      manager_ = std::make_unique<ckpt::Manager>(world.session(), std::move(o));
+      return 0;
+    });
+    install_stop_signals();
+  }
+
+  ~PyManager() {
+    nb::gil_scoped_release release;  // waits for a save in flight
+    try {
+      manager_.reset();
+    } catch (...) {
+    }
+  }
+
+  void register_tensor(const std::string& name, nb::handle tensor, bool replicated) {
+    View v = view(tensor, fmt::format("tensor '{}'", name));
+    if (v.on_cuda && !has_cuda())
+      throw UsageError(fmt::format("tensor '{}' is on CUDA device {}, and this trainrt was built without CUDA "
+                                   "(rebuild with the CUDA toolkit present, or register a CPU copy)",
+                                   name, v.device_id),
+                       "checkpoint");
+    if (v.on_cuda && !v.dtype)
+      throw UsageError(fmt::format("tensor '{}' is a CUDA {} tensor: device tensors must be float32, float64, float16, "
+                                   "bfloat16, int32 or int64",
+                                   name, v.dtype_name),
+                       "checkpoint");
+    checkpoint_call([&] {
+      if (v.dtype) {
+        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated),
+                                  v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host);
+        arrays_.push_back(std::move(v));
+      } else {
+        raw_.push_back(Raw{std::move(v), {}});
+        try {
+          manager_->register_blob(name, &raw_.back().blob, sharding(replicated));
+        } catch (...) {
+          raw_.pop_back();
+          throw;
+        }
+      }
+      return 0;
+    });
+  }
+
+  void register_blob(const std::string& name, bool replicated) {
+    if (blobs_.count(name)) throw UsageError(fmt::format("'{}' is registered twice", name), "checkpoint");
+    auto& b = blobs_[name];
+    try {
+      checkpoint_call([&] {
+        manager_->register_blob(name, &b, sharding(replicated));
+        return 0;
+      });
+    } catch (...) {
+      blobs_.erase(name);
+      throw;
+    }
+  }
+  void set_blob(const std::string& name, nb::bytes data) {
+    auto& b = blob(name);
+    b.assign(reinterpret_cast<const std::uint8_t*>(data.c_str()), reinterpret_cast<const std::uint8_t*>(data.c_str()) + data.size());
+  }
+  nb::bytes get_blob(const std::string& name) {
+    auto& b = blob(name);
+    return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+
+  void save(std::uint64_t step, const ckpt::Metadata& metadata) {
+    nb::gil_scoped_release release;
+    checkpoint_call([&] {
+      // An earlier save still in flight: its outcome first (an error of it surfaces here).
+      if (pending_) finish_pending();
+      stage_raw();
+      pending_ = manager_->save(step, metadata);
+      return 0;
+    });
+  }
+
+  nb::object wait() {
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      checkpoint_call([&] {
+        if (pending_) r = finish_pending();
+        manager_->wait_idle();
+        return 0;
+      });
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
+  }
+
+  std::int64_t restore() {
+    nb::gil_scoped_release release;
+    return checkpoint_call([&] {
+      if (pending_) finish_pending();
+      std::int64_t step = manager_->restore();
+      if (step >= 0) unstage_raw();
+      return step;
+    });
+  }
+
+  ckpt::Metadata restored_metadata() const { return manager_->restored_metadata(); }
+  std::string directory() const { return manager_->directory(); }
+
+  [[noreturn]] void save_and_exit(std::uint64_t step, const ckpt::Metadata& metadata) {
+    nb::gil_scoped_release release;
+    try {
+      if (pending_) finish_pending();
+      stage_raw();
+    } catch (const std::exception& e) {
+      // save_and_exit never returns: the failure goes where the runtime's own report goes.
+      std::fprintf(stderr, "trainrt: final checkpoint of step %llu failed: %s\n", static_cast<unsigned long long>(step),
+                   e.what());
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
+    trainrt::save_and_exit(*manager_, step, metadata);
+  }
+
+ private:
+  struct Raw {
+    View view;
+    std::vector<std::uint8_t> blob;
+  };
+
+  static bool has_cuda() {
+#ifdef TRAINRT_PY_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+  }
+
+  std::vector<std::uint8_t>& blob(const std::string& name) {
+    auto it = blobs_.find(name);
+    if (it == blobs_.end()) throw UsageError(fmt::format("no blob '{}' is registered", name), "checkpoint");
+    return it->second;
+  }
+
+  ckpt::SaveResult finish_pending() {
+    auto f = std::move(*pending_);
+    pending_.reset();
+    return f.get();
+  }
+
+  // Opaque-byte tensors: their current contents into their blobs (save() copies blobs as they are).
+  void stage_raw() {
+    for (auto& r : raw_) r.blob.assign(static_cast<const std::uint8_t*>(r.view.data),
+                                       static_cast<const std::uint8_t*>(r.view.data) + r.view.bytes);
+  }
+  void unstage_raw() {
+    for (auto& r : raw_) {
+      if (r.blob.size() != r.view.bytes)
+        throw CheckpointError(fmt::format("the checkpoint holds {} bytes for a {}-byte {} tensor (shape changed?)",
+                                          r.blob.size(), r.view.bytes, r.view.dtype_name),
+                              "checkpoint");
+      std::memcpy(r.view.data, r.blob.data(), r.blob.size());
+    }
+  }
+
+  std::unique_ptr<ckpt::Manager> manager_;
+  std::vector<View> arrays_;                               // keeps registered tensors alive
+  std::deque<Raw> raw_;                                    // deque: blob addresses stay put
+  std::map<std::string, std::vector<std::uint8_t>> blobs_;  // Python-managed blobs
+  std::optional<std::shared_future<ckpt::SaveResult>> pending_;
+};
+
+nb::dict step_report(const ckpt::StepReport& s) {
+  nb::dict d;
+  d["step"] = s.step;
+  d["committed"] = s.committed;
+  d["intact"] = s.intact();
+  d["data_checked"] = s.data_checked;
+  d["world_size"] = s.world_size;
+  d["bytes"] = s.bytes();
+  d["metadata"] = s.metadata;
+  d["problems"] = s.problems();
+  nb::list entries;
+  for (const auto& sh : s.shards)
+    for (const auto& e : sh.entries) {
+      nb::dict ed;
+      ed["rank"] = sh.rank;
+      ed["name"] = e.name;
+      ed["kind"] = e.kind;
+      ed["dtype"] = e.dtype;
+      ed["shape"] = e.shape;
+      ed["bytes"] = e.bytes;
+      ed["replicated"] = e.replicated;
+      ed["problem"] = e.problem;
+      entries.append(ed);
+    }
+  d["entries"] = entries;
+  return d;
+}
+
+}  // namespace
+
+void bind_checkpoint(nb::module_& m) {
+  nb::class_<PyManager>(m, "Manager", "Use trainrt.checkpoint.Manager.")
+      .def(nb::init<World&, const std::string&, unsigned, bool, bool>(), nb::arg("world"), nb::arg("directory"),
+           nb::arg("keep_last") = 2, nb::arg("verify_before_load") = false, nb::arg("verbose") = false,
+           nb::keep_alive<1, 2>())  // the world outlives its managers
+      .def("register_tensor", &PyManager::register_tensor, nb::arg("name"), nb::arg("tensor"), nb::arg("replicated") = false)
+      .def("register_blob", &PyManager::register_blob, nb::arg("name"), nb::arg("replicated") = false)
+      .def("set_blob", &PyManager::set_blob)
+      .def("get_blob", &PyManager::get_blob)
+      .def("save", &PyManager::save, nb::arg("step"), nb::arg("metadata"))
+      .def("wait", &PyManager::wait)
+      .def("restore", &PyManager::restore)
+      .def_prop_ro("restored_metadata", &PyManager::restored_metadata)
+      .def_prop_ro("directory", &PyManager::directory)
+      .def("save_and_exit", &PyManager::save_and_exit, nb::arg("step"), nb::arg("metadata"));
+
+  m.def("stop_requested", [] { return should_stop(); });
+  m.def("stop_signal", [] { return stop_signal(); });
+  m.def("install_stop_signals", [] { install_stop_signals(); });
+
+  // Every step of `directory` (or only `step`), newest first, each as a dict; data checksums read.
+  m.def(
+      "inspect",
+      [](const std::string& directory, std::optional<std::uint64_t> step) {
+        std::vector<ckpt::StepReport> steps;
+        {
+          nb::gil_scoped_release release;
+          steps = checkpoint_call([&] {
+            ckpt::InspectOptions o;
+            o.step = step;
+            return ckpt::inspect(directory, o);
+          });
+        }
+        nb::list out;
+        for (const auto& s : steps) out.append(step_report(s));
+        return out;
+      },
+      nb::arg("directory"), nb::arg("step").none() = nb::none());
+  m.def("latest_step", [](const std::string& directory) {
+    nb::gil_scoped_release release;
+    return checkpoint_call([&] { return ckpt::latest_step(directory); });
+  });
+}
+
+}  // namespace trainrt::py

@@ -1,0 +1,85 @@
+// trainrt._trainrt: the extension module. The exception types live here so every C++ exception is
+// translated in one place: trainrt::Error and its kinds map to trainrt.Error and its subclasses,
+// any other std::exception to trainrt.Error too (std::bad_alloc stays MemoryError), so nothing
+// reaches Python as an unexplained RuntimeError or a crash.
+#include <nanobind/nanobind.h>
+
+#include <exception>
+#include <new>
+
+#include "bindings.hpp"
+
+namespace nb = nanobind;
+
+namespace {
+
+PyObject* g_error = nullptr;
+PyObject* g_peer = nullptr;
+PyObject* g_usage = nullptr;
+PyObject* g_checkpoint = nullptr;
+
+PyObject* new_exception(const char* name, const char* doc, PyObject* bases) {
+  PyObject* t = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
+  if (!t) throw nb::python_error();
+  return t;  // one reference kept for the translator, for the life of the process
+}
+
+}  // namespace
+
+NB_MODULE(_trainrt, m) {
+  m.doc() = "train-runtime bindings; import trainrt, not this module (docs/python.md)";
+
+  g_error = new_exception("trainrt.Error", "Base of every error the train-runtime raises.", PyExc_RuntimeError);
+  g_peer = new_exception("trainrt.PeerError",
+                         "Another rank or the transport failed (a dead rank, a timeout): restart from a checkpoint.",
+                         g_error);
+  nb::object usage_bases = nb::make_tuple(nb::handle(g_error), nb::handle(PyExc_ValueError));
+  g_usage = new_exception("trainrt.UsageError",
+                          "This program called the API wrongly (a bad op, dtype, layout or argument); also a ValueError.",
+                          usage_bases.ptr());
+  g_checkpoint = new_exception("trainrt.CheckpointError",
+                               "A checkpoint could not be saved, restored or read (I/O, a damaged or foreign step).",
+                               g_error);
+  m.attr("Error") = nb::borrow(g_error);
+  m.attr("PeerError") = nb::borrow(g_peer);
+  m.attr("UsageError") = nb::borrow(g_usage);
+  m.attr("CheckpointError") = nb::borrow(g_checkpoint);
+
+  // Registered first, so tried last: whatever the typed translator below did not take.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const nb::builtin_exception&) {
+      throw;  // nanobind's own (TypeError, ...): its default translator handles them
+    } catch (const nb::python_error&) {
+      throw;
+    } catch (const std::bad_alloc&) {
+      throw;  // MemoryError
+    } catch (const std::exception& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const trainrt::py::CheckpointError& e) {
+      PyErr_SetString(g_checkpoint, e.what());
+    } catch (const trainrt::PeerError& e) {
+      PyErr_SetString(g_peer, e.what());
+    } catch (const trainrt::UsageError& e) {
+      PyErr_SetString(g_usage, e.what());
+    } catch (const trainrt::Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+
+#ifdef TRAINRT_PY_HAVE_CUDA
+  m.attr("has_cuda") = true;
+#else
+  m.attr("has_cuda") = false;
+#endif
+  m.attr("__version__") = TRAINRT_PY_VERSION;
+
+  trainrt::py::bind_world(m);
+  trainrt::py::bind_checkpoint(m);
+}

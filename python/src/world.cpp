@@ -1,0 +1,160 @@
+// trainrt._trainrt.World: init, ranks, in-place allreduce, barrier, byte-blob exchange.
+#include "world.hpp"
+
+#include <fmt/format.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <chrono>
+#include <cmath>
+#include <span>
+
+#include "bindings.hpp"
+#include "tensor.hpp"
+
+namespace trainrt::py {
+
+namespace {
+
+DeviceComm parse_nccl(const std::string& s) {
+  if (s == "off") return DeviceComm::Off;
+  if (s == "auto") return DeviceComm::Auto;
+  if (s == "required") return DeviceComm::Required;
+  throw UsageError(fmt::format("nccl='{}': valid values are 'off', 'auto', 'required'", s), "trainrt.init");
+}
+
+ReduceOp parse_reduce(const std::string& s) {
+  if (s == "sum") return ReduceOp::Sum;
+  if (s == "avg") return ReduceOp::Avg;
+  if (s == "min") return ReduceOp::Min;
+  if (s == "max") return ReduceOp::Max;
+  throw UsageError(fmt::format("op='{}': valid values are 'sum', 'avg', 'min', 'max'", s), "allreduce");
+}
+
+std::span<const std::uint8_t> span_of(const nb::bytes& b) {
+  return {reinterpret_cast<const std::uint8_t*>(b.c_str()), b.size()};
+}
+
+nb::bytes to_bytes(const bootstrap::Blob& b) { return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+}  // namespace
+
+World::World(double timeout_seconds, bool quiet, const std::string& nccl) {
+  if (!(timeout_seconds >= 1 && timeout_seconds <= 86400 * 7))
+    throw UsageError(fmt::format("timeout={} s: give 1 s to 7 days", timeout_seconds), "trainrt.init");
+  InitOptions o;
+  o.nccl = parse_nccl(nccl);
+  o.comm.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
+  o.bootstrap.timeout = std::chrono::seconds(static_cast<std::int64_t>(std::ceil(timeout_seconds)));
+  o.bootstrap.quiet = quiet;
+  nb::gil_scoped_release release;  // PMIx fences and the communicators' setup wait on peers
+  rt_ = init(o);
+}
+
+World::~World() {
+  nb::gil_scoped_release release;  // tearing down communicators and PMIx may wait on peers
+  rt_.reset();
+}
+
+void bind_world(nb::module_& m) {
+  nb::class_<World>(m, "World", "The runtime of this process (use trainrt.init(), not this class).")
+      .def(nb::init<double, bool, const std::string&>(), nb::arg("timeout") = 300.0, nb::arg("quiet") = false,
+           nb::arg("nccl") = "off")
+      .def_prop_ro("rank", [](World& w) { return w.runtime().rank; })
+      .def_prop_ro("world_size", [](World& w) { return w.runtime().size; })
+      .def_prop_ro("local_rank", [](World& w) { return w.runtime().local_rank; })
+      .def_prop_ro("local_world_size", [](World& w) { return w.runtime().local_size; })
+      .def_prop_ro("node_id", [](World& w) { return w.session().node_id(); })
+      .def_prop_ro("job_id", [](World& w) { return w.session().job_id(); })
+      .def_prop_ro("restart_count", [](World& w) { return w.runtime().restart_count; })
+      .def_prop_ro("cuda_device", [](World& w) { return w.runtime().cuda_device; })
+      .def_prop_ro("backend", [](World& w) { return w.runtime().host->backend(); })
+      .def_prop_ro("device_backend",
+                   [](World& w) { return w.runtime().device ? w.runtime().device->backend() : std::string(); })
+      .def("describe", [](World& w) { return w.runtime().describe(); })
+      .def(
+          "allreduce",
+          [](World& w, nb::handle tensor, const std::string& op) {
+            ReduceOp rop = parse_reduce(op);
+            View v = view(tensor, "allreduce's tensor");
+            if (v.on_cuda)
+              throw UsageError("allreduce takes CPU tensors; reduce CUDA tensors with torch.distributed (NCCL)",
+                               "allreduce");
+            if (!v.dtype)
+              throw UsageError(fmt::format("element type {} is not reducible: use float32, float64, float16, bfloat16, "
+                                           "int32 or int64",
+                                           v.dtype_name),
+                               "allreduce");
+            if (v.count == 0) return;  // nothing to reduce; every rank sees the same shape
+            nb::gil_scoped_release release;
+            std::lock_guard lock(w.collective_mutex());
+            w.runtime().host->allreduce(v.data, v.data, v.count, *v.dtype, rop);
+          },
+          nb::arg("tensor"), nb::arg("op") = "sum")
+      .def("barrier",
+           [](World& w) {
+             nb::gil_scoped_release release;
+             std::lock_guard lock(w.collective_mutex());
+             w.runtime().host->barrier();
+           })
+      .def(
+          "broadcast_bytes",
+          [](World& w, std::optional<nb::bytes> data, unsigned root) {
+            const unsigned size = w.runtime().size;
+            if (root >= size)
+              throw UsageError(fmt::format("root {} is not a rank of this {}-rank world", root, size), "broadcast_bytes");
+            if (w.runtime().rank == root && !data)
+              throw UsageError(fmt::format("rank {} is the root and passed no data", root), "broadcast_bytes");
+            std::span<const std::uint8_t> mine;
+            if (data) mine = span_of(*data);
+            bootstrap::Blob out;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard lock(w.collective_mutex());
+              out = w.session().broadcast(mine, root);
+            }
+            return to_bytes(out);
+          },
+          nb::arg("data").none(), nb::arg("root") = 0)
+      .def(
+          "allgather_bytes",
+          [](World& w, nb::bytes data) {
+            std::vector<bootstrap::Blob> all;
+            {
+              nb::gil_scoped_release release;
+              std::lock_guard lock(w.collective_mutex());
+              all = w.session().allgather(span_of(data));
+            }
+            nb::list out;
+            for (const auto& b : all) out.append(to_bytes(b));
+            return out;
+          },
+          nb::arg("data"))
+      // Not collectives: no mutex, so a lookup waiting for a key never blocks a publish.
+      .def(
+          "publish_bytes",
+          [](World& w, const std::string& key, nb::bytes data) {
+            nb::gil_scoped_release release;
+            w.session().publish(key, span_of(data));
+          },
+          nb::arg("key"), nb::arg("data"))
+      .def(
+          "lookup_bytes",
+          [](World& w, unsigned owner, const std::string& key) {
+            if (owner >= w.runtime().size)
+              throw UsageError(fmt::format("owner {} is not a rank of this {}-rank world", owner, w.runtime().size),
+                               "lookup_bytes");
+            bootstrap::Blob out;
+            {
+              nb::gil_scoped_release release;
+              out = w.session().lookup(owner, key);
+            }
+            return to_bytes(out);
+          },
+          nb::arg("owner"), nb::arg("key"));
+
+  // For tests and debugging: the address the runtime would read and write for `tensor`.
+  m.def("_data_ptr", [](nb::handle tensor) { return reinterpret_cast<std::uintptr_t>(view(tensor, "tensor").data); });
+}
+
+}  // namespace trainrt::py
