@@ -33,7 +33,7 @@ for name, value in expect.items():
     s = f.samples[0]
     if abs(s.value - value) > 1e-12:
         failures.append(f"{name}: {s.value} != {value}")
-    if s.labels != {"job": "12345", "node": 'node"2\\\n', "rank": "0"}:
+    if s.labels != {"job": "12345", "step": "1", "node": 'node"2\\\n', "rank": "0"}:
         failures.append(f"{name}: labels {s.labels}")
 if families["trainrt_restarts"].type != "counter":
     failures.append("trainrt_restarts_total is not a counter")

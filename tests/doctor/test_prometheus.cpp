@@ -16,6 +16,7 @@ namespace {
 trainrt::TrainingGauges sample_gauges() {
   trainrt::TrainingGauges g;
   g.job = "12345";
+  g.slurm_step = "1";  // Slurm's job step (a rerun's is 2, ...), not the training step
   g.node = "node\"2\\\n";  // every character the format escapes
   g.rank = 0;
   g.step = 200;
@@ -43,8 +44,8 @@ TEST_CASE("exposition text: HELP and TYPE once per name, labels escaped, values 
   const auto text = trainrt::prometheus_text(trainrt::training_samples(sample_gauges()));
   CHECK(text.find("# TYPE trainrt_step gauge\n") != std::string::npos);
   CHECK(text.find("# TYPE trainrt_restarts_total counter\n") != std::string::npos);
-  CHECK(text.find(R"(trainrt_step{job="12345",node="node\"2\\\n",rank="0"} 200)" "\n") != std::string::npos);
-  CHECK(text.find(R"(trainrt_step_seconds_p99{job="12345",node="node\"2\\\n",rank="0"} 0.0305)") != std::string::npos);
+  CHECK(text.find(R"(trainrt_step{job="12345",step="1",node="node\"2\\\n",rank="0"} 200)" "\n") != std::string::npos);
+  CHECK(text.find(R"(trainrt_step_seconds_p99{job="12345",step="1",node="node\"2\\\n",rank="0"} 0.0305)") != std::string::npos);
   CHECK(text.find("trainrt_stragglers{") != std::string::npos);
   // grouped: two samples of one name share one header
   std::vector<trainrt::PromSample> two{{"x_a", "h", "gauge", {{"rank", "0"}}, 1}, {"x_b", "h", "gauge", {}, 2},

@@ -144,7 +144,7 @@ double quantile(std::vector<double> values, double p) {
 
 std::vector<PromSample> training_samples(const TrainingGauges& g) {
   const std::vector<std::pair<std::string, std::string>> labels = {
-      {"job", g.job}, {"node", g.node}, {"rank", std::to_string(g.rank)}};
+      {"job", g.job}, {"step", g.slurm_step}, {"node", g.node}, {"rank", std::to_string(g.rank)}};
   std::vector<PromSample> out;
   auto add = [&](const char* name, const char* help, double v, const char* type = "gauge") {
     out.push_back({name, help, type, labels, v});

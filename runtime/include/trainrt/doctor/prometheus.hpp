@@ -25,7 +25,11 @@ void write_prometheus_textfile(const std::string& path, const std::vector<PromSa
 
 // What the trainer publishes; each optional one is left out when unset.
 struct TrainingGauges {
-  std::string job, node;
+  // Labels job, step, node, rank. `job` and the label `step` are Slurm's job and job step ids
+  // (SLURM_JOB_ID, SLURM_STEP_ID): a rerun inside the allocation is a new job step, so its series
+  // do not mix with the failed attempt's. The training step (`step` below) is the value of
+  // trainrt_step, never a label: a label per training step would make a new series every write.
+  std::string job, slurm_step, node;
   unsigned rank = 0;
   std::uint64_t step = 0;
   std::optional<double> samples_per_s, step_p50_s, step_p99_s, allreduce_s, allreduce_busbw_gbs, ckpt_stall_s,
@@ -33,7 +37,7 @@ struct TrainingGauges {
   std::uint64_t restarts = 0;
   std::optional<std::uint64_t> stragglers;  // ranks flagged by the last straggler check
 };
-// The samples for TrainingGauges, named trainrt_* with labels job, node, rank (docs/doctor.md).
+// The samples for TrainingGauges, named trainrt_* with labels job, step, node, rank (docs/doctor.md).
 std::vector<PromSample> training_samples(const TrainingGauges& g);
 
 // p (0..1) quantile of `values` by nearest rank; 0 for none. Copies (the caller's order kept).
