@@ -104,6 +104,49 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
   }
 }
 
+// What a real 2-node run under srun left (tests/slurm/culprit.sh): shared memory inside each node,
+// Gloo between the nodes' leaders (ranks 0 and 2); rank 2 stalled. Rank 3's "shm: rank 1: ...
+// waiting for rank(s) 0" counts within node n2, so it names rank 2; rank 1's "because rank 0
+// failed" names its own leader, which was itself waiting (across nodes) and is no culprit.
+TEST_CASE("two nodes (shm inside, Gloo between): local rank names mapped, a waiter named by a cascade is no culprit") {
+  RunDir d;
+  for (unsigned r = 0; r < 4; ++r) {
+    std::string m = metrics(r, r < 2 ? "n1" : "n2", 4, 7, 0.01, 0.002, false);
+    const std::string key = fmt::format(R"("rank":{}}})", r);
+    m.replace(m.find(key), key.size(), fmt::format(R"("rank":{},"local_rank":{}}})", r, r % 2));
+    d.write(fmt::format("metrics_rank{}.jsonl", r), m);
+  }
+  d.write("flight_rank0.json",
+          flight(0, 7, 8, "step 8: gloo: rank 0: [tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv operation to complete"));
+  d.write("flight_rank1.json", flight(1, 7, 8, "step 8: shm: rank 1: broadcast #60 (stage) aborted because rank 0 failed"));
+  d.write("flight_rank3.json",
+          flight(3, 7, 8, "step 8: shm: rank 1: allreduce #59 (stage) timed out after 3000 ms waiting for rank(s) 0"));
+  SECTION("the stalled rank's watchdog dumped its recorder") {
+    d.write("flight_rank2.json", flight(2, 7, std::nullopt, "watchdog: no step progress for 5.1 s (timeout 5000 ms)"));
+  }
+  SECTION("the stalled rank was killed before its watchdog fired: named by its node's peer") {}
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Hang);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 2);
+  CHECK(v.never_arrived[0].node == "n2");
+  CHECK(v.waited.size() == 3);
+  CHECK(v.culprit_nodes == std::vector<std::string>{"n2"});
+}
+
+TEST_CASE("a rank that arrived late, after the others gave up, is still the one named") {
+  RunDir d;
+  for (unsigned r = 0; r < 3; ++r) d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n1", 3, 4, 0.01, 0.002, false));
+  d.write("flight_rank0.json", flight(0, 4, 5, timeout_reason(0, 5, "2")));
+  d.write("flight_rank1.json", flight(1, 4, 5, timeout_reason(1, 5, "2")));
+  d.write("flight_rank2.json", flight(2, 4, 5, "step 5: shm: rank 2: allreduce #5 (arrive) aborted because rank 0 failed"));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 2);
+}
+
 TEST_CASE("mismatched ops across ranks: the first differing sequence number, every variant") {
   RunDir d;
   healthy_world(d, 2, 5);

@@ -150,6 +150,8 @@ void read_metrics(const fs::path& path, RankData& rd, Notes& notes) {
       rd.ended = false;
       rd.compute_s.clear();
       if (auto n = get_str(*j, "node", 256)) rd.node = *n;
+      rd.local_rank.reset();
+      if (auto l = get_u64(*j, "local_rank"); l && *l < notes.lim.max_rank) rd.local_rank = static_cast<unsigned>(*l);
       if (auto r = get_u64(*j, "rank"); r && *r != rd.rank)
         notes.add(fmt::format("{}: line {} says rank {}, the file name rank {}", name, line_no, *r, rd.rank));
     } else if (event == "step") {

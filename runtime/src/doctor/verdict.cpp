@@ -37,17 +37,24 @@ std::optional<double> decimal_after(const std::string& s, const std::string& key
   return v;
 }
 
-// Ranks a collective's error message names as absent. The host backends say "waiting for rank(s)
-// 1,3", "rank 2 (pid 77) died", "aborted because rank 2 failed" (shm_communicator.cpp).
-std::vector<unsigned> ranks_named(const std::string& reason, unsigned max_rank) {
-  std::vector<unsigned> out;
-  auto keep = [&](std::optional<std::uint64_t> r) {
-    if (r && *r < max_rank && out.size() < 64) out.push_back(static_cast<unsigned>(*r));
+// A rank a collective's error message names as absent; `abort` when the message only says that
+// rank failed first ("aborted because rank 2 failed"): it may itself have been a waiter.
+struct Named {
+  unsigned rank;
+  bool abort;
+};
+
+// The ranks an error message names. The host backends say "waiting for rank(s) 1,3", "rank 2 (pid
+// 77) died", "aborted because rank 2 failed" (shm_communicator.cpp).
+std::vector<Named> ranks_named(const std::string& reason, unsigned max_rank) {
+  std::vector<Named> out;
+  auto keep = [&](std::optional<std::uint64_t> r, bool abort) {
+    if (r && *r < max_rank && out.size() < 64) out.push_back({static_cast<unsigned>(*r), abort});
   };
   if (auto at = reason.find("waiting for rank(s) "); at != std::string::npos) {
     std::size_t pos = at + 20;
     while (out.size() < 64) {
-      keep(number_at(reason, pos));
+      keep(number_at(reason, pos), false);
       while (pos < reason.size() && reason[pos] == ' ') ++pos;
       if (pos < reason.size() && reason[pos] == ',') {
         ++pos;
@@ -59,17 +66,50 @@ std::vector<unsigned> ranks_named(const std::string& reason, unsigned max_rank) 
   }
   if (auto at = reason.find("because rank "); at != std::string::npos) {
     std::size_t pos = at + 13;
-    keep(number_at(reason, pos));
+    keep(number_at(reason, pos), true);
   }
   for (std::size_t at = reason.find(" died"); at != std::string::npos && at > 0; at = reason.find(" died", at + 1)) {
     // "... rank 2 (pid 77) died": the last "rank " before " died".
     const auto r = reason.rfind("rank ", at);
     if (r == std::string::npos) break;
     std::size_t pos = r + 5;
-    keep(number_at(reason, pos));
+    keep(number_at(reason, pos), false);
   }
   return out;
 }
+
+// In a world across nodes the host communicator is shared memory inside each node and Gloo
+// between the nodes' leaders, and a "shm:" message numbers the peers of the reporter's own node
+// ("shm: rank 1: ... waiting for rank(s) 0" from global rank 3 means global rank 2). The start
+// events' node and local_rank give the mapping; without them names are taken as global ranks
+// (one node: the same numbers).
+class NodeRanks {
+ public:
+  explicit NodeRanks(const RunData& run) {
+    for (const auto& rd : run.ranks) {
+      if (rd.node.empty() || !rd.local_rank) continue;
+      auto [it, fresh] = by_node_[rd.node].try_emplace(*rd.local_rank, rd.rank);
+      if (!fresh && it->second != rd.rank) conflicting_.insert(rd.node);  // two ranks claim one slot
+    }
+  }
+  // The global rank `reporter`'s message means by `named`; empty when that cannot be told.
+  std::optional<unsigned> global(const RankData& reporter, unsigned named) const {
+    if (reporter.reason.find("shm: rank ") == std::string::npos || reporter.node.empty() || !reporter.local_rank ||
+        conflicting_.count(reporter.node))
+      return named;
+    const auto& slots = by_node_.at(reporter.node);
+    // The first node (or the only one): local and global numbers agree, also for a rank that left
+    // no file.
+    if (std::all_of(slots.begin(), slots.end(), [](const auto& kv) { return kv.first == kv.second; })) return named;
+    const auto it = slots.find(named);
+    if (it == slots.end()) return std::nullopt;  // a local rank that left no file: cannot be told
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, std::map<unsigned, unsigned>> by_node_;  // node -> local rank -> rank
+  std::set<std::string> conflicting_;
+};
 
 // How long a rank waited, from its own report: "timed out after N ms", "in flight for X s", or
 // NCCL's "did not complete within N ms"; else the flight file's time minus its last step's.
@@ -156,14 +196,27 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       seq = std::max(seq, rd.last_completed + 1);
     }
   }
+  const NodeRanks node_ranks(run);
+  // The ranks whose own recorder has them waiting in this collective: they arrived. A peer's
+  // message may still name one: "aborted because rank 0 failed" when rank 0 gave up waiting for
+  // another node, or a timeout on a node whose leader was itself waiting across nodes.
+  std::set<unsigned> arrived;
+  for (const auto& rd : run.ranks)
+    if (usable_flight(rd) && rd.in_flight && *rd.in_flight == seq) arrived.insert(rd.rank);
   std::set<unsigned> never;
+  // Named though in flight here: used only if nobody else is, timeouts before aborts.
+  std::vector<std::pair<bool, RankNode>> named_arrived;  // (from an abort, who)
   for (const auto& rd : run.ranks) {
     if (!usable_flight(rd)) continue;
     if (rd.in_flight && *rd.in_flight == seq) {
       v.waited.push_back({rd.rank, rd.node, rd.reason, waited_seconds(rd)});
-      for (unsigned r : ranks_named(rd.reason, opt.limits.max_rank))
-        if (r != rd.rank && (!run.world || r < *run.world) && never.insert(r).second)
-          v.never_arrived.push_back({r, node_of(r), fmt::format("named by rank {}: {}", rd.rank, rd.reason)});
+      for (const Named& n : ranks_named(rd.reason, opt.limits.max_rank)) {
+        const auto r = node_ranks.global(rd, n.rank);
+        if (!r || *r == rd.rank || (run.world && *r >= *run.world) || never.count(*r)) continue;
+        RankNode who{*r, node_of(*r), fmt::format("named by rank {}: {}", rd.rank, rd.reason)};
+        if (arrived.count(*r)) named_arrived.emplace_back(n.abort, std::move(who));
+        else if (never.insert(*r).second) v.never_arrived.push_back(std::move(who));
+      }
       for (const auto& op : rd.ops)
         if (op.seq == seq && !v.collective) v.collective = op;
     } else if (rd.last_completed < seq && never.insert(rd.rank).second) {
@@ -173,6 +226,13 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
                        rd.reason.empty() ? std::string() : "; it says: " + rd.reason)});
     }
   }
+  // A rank that arrived but was named is the culprit only when nobody else is: it came late, after
+  // the others had given up. Then a timeout's name counts, an abort's ("because rank 0 failed",
+  // from the late rank itself) only when there is no other.
+  const bool any_timeout_name = std::any_of(named_arrived.begin(), named_arrived.end(), [](auto& n) { return !n.first; });
+  if (v.never_arrived.empty())
+    for (auto& [abort, who] : named_arrived)
+      if ((!abort || !any_timeout_name) && never.insert(who.rank).second) v.never_arrived.push_back(std::move(who));
   // Ranks whose metrics stop two or more steps before the others' never reached the collectives
   // in between (one step apart is a normal kill between the allreduce and the metrics line).
   std::uint64_t newest = 0;

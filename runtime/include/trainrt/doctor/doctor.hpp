@@ -49,6 +49,10 @@ struct OpRecord {
 struct RankData {
   unsigned rank = 0;
   std::string node;  // empty when no file names it
+  // Its rank within its node (the start event's "local_rank"): the shared-memory backend names
+  // peers by it ("shm: rank 1: ... waiting for rank(s) 0"), so a world across nodes needs it to
+  // map those names to global ranks. Empty when not written (then: position among the node's ranks).
+  std::optional<unsigned> local_rank;
   // metrics (the last attempt only: everything after the last "start" event)
   bool have_metrics = false;
   std::optional<std::uint64_t> world;  // the world size this rank's last start event names
