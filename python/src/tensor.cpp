@@ -69,6 +69,16 @@ View view(nb::handle obj, const std::string& what) {
     if (nb::try_cast<nb::ndarray<nb::ro>>(obj, ro, false))
       throw UsageError(fmt::format("{} is a read-only {}: the runtime writes into it (restore, in-place collectives)", what,
                                    type_of(obj)));
+    if (nb::hasattr(obj, "__dlpack__")) {
+      // Its own exporter says why (a dtype DLPack lacks, a tensor that requires grad, ...).
+      std::string why = "its __dlpack__ export was refused";
+      try {
+        obj.attr("__dlpack__")();
+      } catch (const nb::python_error& e) {
+        why = fmt::format("{}: {}", type_of(e.value()), nb::cast<std::string>(nb::str(e.value())));
+      }
+      throw UsageError(fmt::format("{} (a {}) cannot be used through DLPack: {}", what, type_of(obj), why));
+    }
     throw UsageError(fmt::format("{} is a {}, not a tensor or array (torch.Tensor, numpy.ndarray or any __dlpack__ object)",
                                  what, type_of(obj)));
   }

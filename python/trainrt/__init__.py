@@ -30,10 +30,14 @@ _world: Optional["World"] = None
 
 
 def _as_dlpack_ready(t: Any) -> Any:
-    """A torch tensor that requires grad cannot be exported through DLPack; its detached alias
-    shares the same storage, so in-place results still land in the caller's tensor."""
+    """The same memory in a form DLPack exports: a torch tensor that requires grad cannot be
+    exported, its detached alias (same storage) can, so in-place results land in the caller's
+    tensor."""
     if getattr(t, "requires_grad", False) and hasattr(t, "detach"):
-        return t.detach()
+        t = t.detach()
+    # Older torch (1.13) cannot export bool tensors through DLPack; the uint8 view is the same bytes.
+    if type(t).__module__.startswith("torch") and str(getattr(t, "dtype", "")) == "torch.bool":
+        t = t.view(dtype=__import__("torch").uint8)
     return t
 
 

@@ -1,1 +1,286 @@
-"""Checkpoints (in progress)."""
+"""Fault-tolerant checkpoints from Python: trainrt's checkpoint::Manager over the job's bootstrap
+session (docs/checkpoint.md for the format, docs/python.md for this surface).
+
+    mgr = trainrt.checkpoint.Manager("/scratch/ckpt", keep_last=2)
+    mgr.register_state_dict("model.", model.state_dict(), replicated=True)
+    step = mgr.restore()                 # -1: nothing to resume
+    ...
+    mgr.save(step)                       # returns once staged; written in the background
+    if mgr.stop_requested():             # SIGTERM / SIGUSR1 (Slurm's --signal, scancel)
+        mgr.save_and_exit(step)          # commits, exits 75 (requeue)
+
+Registered tensors are saved and restored in place (their memory, no copies by Python): keep
+using the same tensor objects, and do not resize or replace them after registering.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from ._trainrt import CheckpointError, UsageError
+
+__all__ = ["Manager", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    step: int
+    stall_seconds: float      # how long save() blocked the caller (the copy into staging)
+    persist_seconds: float    # write + fsync + agreement + commit, in the background
+    shard_bytes: int
+    already_committed: bool   # the step was committed before: nothing was rewritten
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What verify() found. `intact`: the step is committed and every shard and entry matches its
+    checksum (what restore requires). `problems`: one line each, naming the shard and entry."""
+    directory: str
+    step: int                       # the step checked; -1 when there was none
+    intact: bool
+    problems: List[str]
+    metadata: Dict[str, str] = field(default_factory=dict)
+    world_size: int = 0
+    bytes: int = 0
+    entries: List[Dict[str, Any]] = field(default_factory=list)   # name, rank, dtype, shape, ...
+    steps: List[Dict[str, Any]] = field(default_factory=list)     # every step found, newest first
+
+    def __bool__(self) -> bool:
+        return self.intact
+
+
+def stop_requested() -> bool:
+    """True once SIGTERM or SIGUSR1 arrived (handlers installed by the first Manager)."""
+    return _trainrt.stop_requested()
+
+
+def _is_tensor(v: Any) -> bool:
+    return hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
+
+
+def _walk(obj: Any, path: Tuple[Any, ...]):
+    """Leaves of nested dicts/lists/tuples (an optimizer's state_dict), with their paths."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from _walk(v, path + (k,))
+    elif isinstance(obj, (list, tuple)) and any(_is_tensor(x) or isinstance(x, (Mapping, list, tuple)) for x in obj):
+        for i, v in enumerate(obj):
+            yield from _walk(v, path + (i,))
+    else:
+        yield path, obj
+
+
+def _key(path: Tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v, allow_nan=True)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+class Manager:
+    """Checkpoints of this job's registered state into `directory` (see the module docstring).
+
+    The world is trainrt.init()'s (called here if it was not). Creating a Manager installs the
+    runtime's SIGTERM/SIGUSR1 handlers (they set the flag stop_requested() reads, replacing any
+    Python handler of those two signals)."""
+
+    def __init__(self, directory: str, keep_last: int = 2, *, verify_before_load: bool = False,
+                 verbose: bool = False) -> None:
+        w = _world() if is_initialized() else init()
+        self._world = w
+        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), bool(verbose))
+        self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
+        # register_state_dict's non-tensor leaves: blob name -> (state_dict, [paths])
+        self._extras: Dict[str, Tuple[Any, List[Tuple[Any, ...]]]] = {}
+
+    # ------------------------------------------------------------------ registration
+    def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
+        """Saves and restores `tensor` in place under `name`. CPU tensors/arrays of any element type
+        (float32/64/16, bfloat16, int32/64 as typed entries; others as bytes), CUDA tensors of the
+        typed ones where this trainrt was built with CUDA. `replicated`: the same on every rank
+        (data-parallel weights): restorable at another world size."""
+        if not isinstance(name, str):
+            raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
+        self._m.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
+        self._tensors[name] = tensor
+
+    def register_state_dict(self, prefix: str, state_dict: Mapping[str, Any], replicated: bool = False) -> List[str]:
+        """Registers every tensor of `state_dict` (nested dicts and lists too, e.g. an optimizer's)
+        as prefix + dotted key. Non-tensor leaves (an optimizer's lr, betas, step counts, ...) that
+        JSON can hold are saved together as one entry, prefix + "@json", and written back into
+        `state_dict` by restore(): call optimizer.load_state_dict(state_dict) after restore() for
+        them to take effect. A leaf JSON cannot hold is a UsageError naming it. Returns the
+        registered tensor names.
+
+        Torch's optimizers create their state (exp_avg, ...) at the first step(): register an
+        optimizer's state_dict after its state exists, or its tensors are not in it."""
+        if not isinstance(state_dict, Mapping):
+            raise UsageError(f"checkpoint: register_state_dict takes a mapping, got {type(state_dict).__name__}")
+        names, extras = [], []
+        for path, value in _walk(state_dict, ()):
+            if _is_tensor(value):
+                name = prefix + _key(path)
+                self.register(name, value, replicated)
+                names.append(name)
+            elif _jsonable(value):
+                extras.append(path)
+            else:
+                raise UsageError(f"checkpoint: '{prefix}{_key(path)}' is a {type(value).__name__}: neither a tensor "
+                                 "nor JSON-serialisable")
+        if extras:
+            blob = prefix + "@json"
+            self._m.register_blob(blob, bool(replicated))
+            self._extras[blob] = (state_dict, extras)
+        return names
+
+    # ------------------------------------------------------------------ save / restore
+    def _stage_extras(self) -> None:
+        for blob, (sd, paths) in self._extras.items():
+            values = {_key(p): _get(sd, p) for p in paths}
+            self._m.set_blob(blob, json.dumps(values, sort_keys=True).encode())
+
+    def _unstage_extras(self) -> None:
+        for blob, (sd, paths) in self._extras.items():
+            raw = self._m.get_blob(blob)
+            try:
+                values = json.loads(raw.decode()) if raw else {}
+            except ValueError as e:
+                raise CheckpointError(f"checkpoint: entry '{blob}' is not the JSON this module writes: {e}") from None
+            for p in paths:
+                k = _key(p)
+                if k in values:
+                    _set(sd, p, values[k])
+
+    @staticmethod
+    def _metadata(metadata: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+        if metadata is None:
+            return {}
+        if not isinstance(metadata, Mapping):
+            raise UsageError(f"checkpoint: metadata must be a dict, got {type(metadata).__name__}")
+        out = {}
+        for k, v in metadata.items():
+            if not isinstance(k, str):
+                raise UsageError(f"checkpoint: metadata key {k!r} is not a str")
+            if isinstance(v, str):
+                out[k] = v
+            elif _jsonable(v):
+                out[k] = json.dumps(v)
+            else:
+                raise UsageError(f"checkpoint: metadata '{k}' is a {type(v).__name__}: neither str nor JSON-serialisable")
+        return out
+
+    def save(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> None:
+        """Stages every registered tensor and returns; a background thread writes, fsyncs and (once
+        every rank has) commits step `step`. Every rank calls it with the same step. metadata:
+        str values stored as they are, other values as their JSON text (rank 0's are kept).
+        An error of the background write is raised by the next wait(), save() or restore()."""
+        md = self._metadata(metadata)
+        self._stage_extras()
+        self._m.save(_step(step), md)
+
+    def wait(self) -> Optional[SaveResult]:
+        """Blocks (GIL released) until the last save() is committed on every rank and old steps
+        are removed; its SaveResult, or None when no save was pending. Raises its error."""
+        r = self._m.wait()
+        return None if r is None else SaveResult(**r)
+
+    def restore(self) -> int:
+        """Loads the newest step every rank can verify into the registered tensors (in place) and
+        returns it; -1 when there is none (the tensors untouched)."""
+        step = self._m.restore()
+        if step >= 0:
+            self._unstage_extras()
+        return step
+
+    @property
+    def restored_metadata(self) -> Dict[str, str]:
+        """The metadata saved with the step restore() returned ({} before or when none)."""
+        return dict(self._m.restored_metadata)
+
+    @property
+    def directory(self) -> str:
+        return self._m.directory
+
+    @property
+    def world(self):
+        return self._world
+
+    def stop_requested(self) -> bool:
+        """True once SIGTERM or SIGUSR1 arrived: save_and_exit() next."""
+        return _trainrt.stop_requested()
+
+    def save_and_exit(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> "NoReturn":  # noqa: F821
+        """Saves `step`, waits for its commit on every rank, passes a barrier and exits the
+        process with 75 (sbatch templates requeue on it), or 1 when the save failed. A step
+        already committed is left as it is (success). Python's stdout/stderr are flushed first;
+        no other Python cleanup (atexit, finalizers) runs."""
+        md = self._metadata(metadata)
+        self._stage_extras()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._m.save_and_exit(_step(step), md)
+
+    def close(self) -> None:
+        """Waits for a save in flight and releases the staging memory and registered tensors."""
+        if self._m is not None:
+            try:
+                self._m.wait()
+            finally:
+                self._m = None
+                self._tensors.clear()
+                self._extras.clear()
+
+    def __enter__(self) -> "Manager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _step(step: Any) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise UsageError(f"checkpoint: step must be an int >= 0, got {step!r}")
+    return step
+
+
+def _get(obj: Any, path: Tuple[Any, ...]) -> Any:
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def _set(obj: Any, path: Tuple[Any, ...], value: Any) -> None:
+    parent = _get(obj, path[:-1])
+    old = parent[path[-1]]
+    if isinstance(old, tuple) and isinstance(value, list):
+        value = tuple(value)  # JSON has no tuples (Adam's betas)
+    parent[path[-1]] = value
+
+
+def verify(directory: str, step: Optional[int] = None) -> VerifyReport:
+    """Reads every checksum of one step without a job (what `trainrt-ckpt verify` does): `step`,
+    or the newest committed step when None. Never raises for a damaged checkpoint: the report says
+    what is wrong. Raises CheckpointError when `directory` cannot be read at all."""
+    if step is not None:
+        _step(step)
+    steps = _trainrt.inspect(str(directory), step)
+    if step is not None:
+        chosen = next((s for s in steps if s["step"] == step), None)
+        if chosen is None:
+            return VerifyReport(str(directory), step, False, [f"step {step}: not found in {directory}"], steps=steps)
+    else:
+        chosen = next((s for s in steps if s["committed"]), None)
+        if chosen is None:
+            why = "no committed step" if steps else "no step at all"
+            return VerifyReport(str(directory), -1, False, [f"{directory}: {why}"], steps=steps)
+    return VerifyReport(str(directory), chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
+                        metadata=dict(chosen["metadata"]), world_size=chosen["world_size"], bytes=chosen["bytes"],
+                        entries=list(chosen["entries"]), steps=steps)

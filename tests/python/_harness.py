@@ -1,6 +1,8 @@
 """A tiny runner for the trainrt Python tests: every `test_*` function of the calling module runs
 in order; any exception fails the script (exit 1). Skip: raise Skip("why") (exit 77, SKIPPED)."""
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import traceback
@@ -46,4 +48,7 @@ def expect_raises(exc_type, fn, *args, contains=(), **kw):
 
 
 def tmpdir(prefix="trainrt-py-"):
-    return tempfile.mkdtemp(prefix=prefix)
+    """A fresh directory, removed when this process exits."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    return d

@@ -1,0 +1,228 @@
+"""One-process checkpoints from Python: bitwise save/restore of numpy arrays and torch tensors in
+place, opaque-byte dtypes, metadata, a torch model + optimizer through register_state_dict,
+verify() on an intact and a corrupted step, typed errors, stop signals and save_and_exit."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import expect_raises, run, tmpdir  # noqa: E402
+
+for var in list(os.environ):
+    if var.startswith("PMIX_"):
+        del os.environ[var]
+
+import numpy as np  # noqa: E402
+
+import trainrt  # noqa: E402
+from trainrt import checkpoint  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+trainrt.init(quiet=True)
+rng = np.random.default_rng(7)
+
+
+def test_numpy_round_trip_bitwise_in_place():
+    d = tmpdir()
+    a = rng.standard_normal((33, 17)).astype(np.float32)
+    b = rng.integers(-2**62, 2**62, 1000, dtype=np.int64)
+    raw = rng.integers(0, 256, 777, dtype=np.uint8)   # no runtime DType: saved as bytes
+    flags = rng.integers(0, 2, 64).astype(bool)
+    saved = [x.copy() for x in (a, b, raw, flags)]
+    with checkpoint.Manager(d) as m:
+        assert m.restore() == -1 and m.restored_metadata == {}
+        for name, x in zip("abrf", (a, b, raw, flags)):
+            m.register(name, x)
+        m.save(3, {"loss": "0.25", "epoch": 2, "cfg": {"lr": 0.1}})
+        r = m.wait()
+        assert r.step == 3 and r.shard_bytes > 0 and not r.already_committed, r
+        assert m.wait() is None
+    ptrs = []
+    for x in (a, b, raw, flags):
+        ptrs.append(x.ctypes.data)
+        x[...] = 0
+    with checkpoint.Manager(d) as m:
+        for name, x in zip("abrf", (a, b, raw, flags)):
+            m.register(name, x)
+        assert m.restore() == 3
+        assert m.restored_metadata == {"loss": "0.25", "epoch": "2", "cfg": '{"lr": 0.1}'}, m.restored_metadata
+    for x, s, p in zip((a, b, raw, flags), saved, ptrs):
+        assert x.ctypes.data == p
+        assert x.tobytes() == s.tobytes(), "restored bytes differ"
+    rep = checkpoint.verify(d)
+    assert rep.intact and rep and rep.step == 3 and rep.problems == [], rep
+    assert {e["name"] for e in rep.entries} == {"a", "b", "r", "f"}
+    assert rep.metadata["loss"] == "0.25"
+
+
+def test_torch_tensors_every_dtype():
+    if torch is None:
+        return
+    d = tmpdir()
+    ts = {str(dt): (torch.randn(129) * 1000).to(dt) for dt in
+          (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.bool)}
+    ts["scalar"] = torch.tensor(3.5)      # 0-dim (an optimizer's step)
+    ts["param"] = torch.nn.Parameter(torch.randn(4, 4))  # requires grad: registered through its alias
+    saved = {k: v.detach().clone() for k, v in ts.items()}
+    m = checkpoint.Manager(d, keep_last=1)
+    for k, v in ts.items():
+        m.register(k, v)
+    m.save(1)
+    m.wait()
+    with torch.no_grad():
+        for v in ts.values():
+            v.zero_()
+    assert m.restore() == 1
+    for k, v in ts.items():
+        assert torch.equal(v.detach(), saved[k]), k
+    m.close()
+
+
+def test_state_dict_model_and_optimizer_bitwise():
+    if torch is None:
+        return
+    torch.manual_seed(0)
+    d = tmpdir()
+
+    def make():
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        return model, opt
+
+    def step(model, opt):
+        x = torch.randn(4, 8)
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    model, opt = make()
+    step(model, opt)  # Adam's state exists from the first step on
+    m = checkpoint.Manager(d)
+    names = m.register_state_dict("model.", model.state_dict(), replicated=True)
+    osd = opt.state_dict()
+    onames = m.register_state_dict("optim.", osd)
+    assert "model.0.weight" in names and "optim.state.0.exp_avg" in onames, (names, onames)
+    m.save(1)
+    m.wait()
+    want_model = {k: v.clone() for k, v in model.state_dict().items()}
+    want_opt = {k: {kk: vv.clone() for kk, vv in s.items()} for k, s in opt.state_dict()["state"].items()}
+    # Train on and change a hyper-parameter: restore must bring back both.
+    step(model, opt)
+    osd["param_groups"][0]["lr"] = 0.5
+    assert m.restore() == 1
+    opt.load_state_dict(osd)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, want_model[k]), k
+    for k, s in opt.state_dict()["state"].items():
+        for kk, vv in s.items():
+            assert torch.equal(vv, want_opt[k][kk]), (k, kk)
+    assert opt.param_groups[0]["lr"] == 1e-2 and opt.param_groups[0]["betas"] == (0.9, 0.999)
+    # Continuing from the restored state matches continuing from the saved one, bitwise.
+    torch.manual_seed(1)
+    step(model, opt)
+    after_restore = [p.detach().clone() for p in model.parameters()]
+    model2, opt2 = make()
+    step(model2, opt2)
+    m2 = checkpoint.Manager(d)
+    m2.register_state_dict("model.", model2.state_dict(), replicated=True)
+    osd2 = opt2.state_dict()
+    m2.register_state_dict("optim.", osd2)
+    assert m2.restore() == 1
+    opt2.load_state_dict(osd2)
+    torch.manual_seed(1)
+    step(model2, opt2)
+    for p, q in zip(after_restore, model2.parameters()):
+        assert torch.equal(p, q.detach())
+    m.close()
+    m2.close()
+
+
+def test_non_tensor_leaf_that_json_cannot_hold_is_a_usage_error():
+    m = checkpoint.Manager(tmpdir())
+    expect_raises(trainrt.UsageError, m.register_state_dict, "x.", {"w": np.zeros(3), "f": object()},
+                  contains=("x.f", "object"))
+    m.close()
+
+
+def test_verify_names_a_corrupted_entry_and_restore_falls_back():
+    d = tmpdir()
+    a = np.arange(4096, dtype=np.float64)
+    m = checkpoint.Manager(d, keep_last=2)
+    m.register("weights", a)
+    m.save(1)
+    m.wait()
+    a += 1
+    m.save(2)
+    m.wait()
+    shard = os.path.join(d, "step_000000000002", "rank_00000.shard")
+    with open(shard, "r+b") as f:  # one byte inside the entry's data (after the 4 KiB header)
+        f.seek(4096 + 100)
+        byte = f.read(1)
+        f.seek(4096 + 100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    rep = checkpoint.verify(d)
+    assert rep.step == 2 and not rep.intact and not rep, rep
+    assert any("weights" in p for p in rep.problems), rep.problems
+    assert checkpoint.verify(d, step=1).intact
+    missing = checkpoint.verify(d, step=7)
+    assert not missing.intact and "not found" in missing.problems[0]
+    a[...] = -1
+    assert m.restore() == 1
+    np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float64))
+    m.close()
+    empty = tmpdir()
+    rep = checkpoint.verify(empty)
+    assert not rep.intact and rep.step == -1 and "no step" in rep.problems[0]
+    expect_raises(trainrt.CheckpointError, checkpoint.verify, os.path.join(empty, "nope"), contains=("nope",))
+
+
+def test_registration_errors_are_typed():
+    m = checkpoint.Manager(tmpdir())
+    m.register("w", np.zeros(8, dtype=np.float32))
+    e = expect_raises(trainrt.Error, m.register, "w", np.zeros(8, dtype=np.float32), contains=("'w'", "twice"))
+    assert isinstance(e, trainrt.CheckpointError)
+    expect_raises(trainrt.UsageError, m.register, "strided", np.zeros((8, 8), dtype=np.float32)[::2],
+                  contains=("'strided'", "not contiguous"))
+    expect_raises(trainrt.UsageError, m.register, "list", [1, 2, 3], contains=("'list'",))
+    expect_raises(trainrt.UsageError, m.save, -1, contains=("step",))
+    expect_raises(trainrt.UsageError, m.save, 1, {"k": object()}, contains=("'k'",))
+    expect_raises(trainrt.UsageError, checkpoint.Manager, tmpdir(), keep_last=0, contains=("keep_last",))
+    m.close()
+
+
+def test_stop_signal_sets_the_flag():
+    m = checkpoint.Manager(tmpdir())  # installs the handlers
+    assert not m.stop_requested()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert m.stop_requested() and checkpoint.stop_requested()
+    m.close()
+
+
+def test_save_and_exit_commits_and_exits_75():
+    d = tmpdir()
+    script = textwrap.dedent(f"""
+        import numpy as np, trainrt
+        from trainrt import checkpoint
+        trainrt.init(quiet=True)
+        m = checkpoint.Manager({d!r})
+        a = np.full(100, 7.0)
+        m.register("a", a)
+        print("before exit", flush=False)
+        m.save_and_exit(5, {{"why": "signal"}})
+        print("not reached")
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 75, (p.returncode, p.stdout, p.stderr)
+    assert "before exit" in p.stdout and "not reached" not in p.stdout, p.stdout
+    rep = checkpoint.verify(d)
+    assert rep.intact and rep.step == 5 and rep.metadata == {"why": "signal"}, rep
+
+
+if __name__ == "__main__":
+    run(globals())

@@ -1,0 +1,114 @@
+"""Checkpoints from Python in a multi-process world under mpirun: per-rank and replicated tensors
+saved and restored bitwise by a fresh Manager, keep_last retention, and wait() releasing the GIL
+while the commit waits for a slow rank."""
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import run  # noqa: E402
+
+if "PMIX_RANK" not in os.environ:
+    print("SKIPPED: run under mpirun (PMIX_RANK is not set)")
+    sys.exit(77)
+
+import numpy as np  # noqa: E402
+
+import trainrt  # noqa: E402
+from trainrt import checkpoint  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+world = trainrt.init()
+r, n = world.rank, world.world_size
+# One directory for the job: rank 0 names it, everyone uses it.
+directory = world.broadcast_bytes(__import__("tempfile").mkdtemp(prefix="trainrt-pymp-").encode() if r == 0 else None).decode()
+
+
+def state(step):
+    g = np.random.default_rng(1000 * step + r)
+    shard = g.standard_normal(10000 + 17 * r).astype(np.float32)      # per rank: sizes differ
+    rep = np.random.default_rng(step).integers(0, 1 << 30, 5000, dtype=np.int64)  # the same everywhere
+    return shard, rep
+
+
+def test_save_restore_bitwise_and_retention():
+    shard, rep = state(0)
+    tt = torch.full((3, 3), float(r), dtype=torch.bfloat16) if torch is not None else None
+    m = checkpoint.Manager(directory, keep_last=2)
+    m.register("shard", shard)
+    m.register("replicated", rep, replicated=True)
+    if tt is not None:
+        m.register("bf16", tt)
+    for step in (1, 2, 3):
+        s, p = state(step)
+        shard[...] = s
+        rep[...] = p
+        m.save(step, {"loss": f"{step / 10}"})
+    res = m.wait()
+    assert res is not None and res.step == 3
+    m.close()
+    world.barrier()
+    steps = sorted(e for e in os.listdir(directory) if e.startswith("step_"))
+    assert steps == ["step_000000000002", "step_000000000003"], steps
+    shard[...] = 0
+    rep[...] = 0
+    if tt is not None:
+        tt.zero_()
+    m = checkpoint.Manager(directory)
+    m.register("shard", shard)
+    m.register("replicated", rep, replicated=True)
+    if tt is not None:
+        m.register("bf16", tt)
+    assert m.restore() == 3
+    assert m.restored_metadata == {"loss": "0.3"}
+    s, p = state(3)
+    assert shard.tobytes() == s.tobytes() and rep.tobytes() == p.tobytes()
+    if tt is not None:
+        assert torch.equal(tt, torch.full((3, 3), float(r), dtype=torch.bfloat16))
+    m.close()
+    if r == 0:
+        rep_ = checkpoint.verify(directory)
+        assert rep_.intact and rep_.step == 3 and rep_.world_size == n, rep_
+
+
+def test_wait_releases_the_gil():
+    # Rank 0 saves 1.5 s late: the others' commit waits for it inside wait(), in a thread, while
+    # the main thread counts.
+    a = np.full(1 << 16, float(r))
+    m = checkpoint.Manager(directory + "/gil")
+    m.register("a", a)
+    world.barrier()
+    if r == 0:
+        time.sleep(1.5)
+        m.save(10)
+        m.wait()
+        m.close()
+        return
+    m.save(10)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (m.wait(), done.set()))
+    start = time.monotonic()
+    t.start()
+    count = 0
+    while not done.is_set():
+        count += 1
+    t.join()
+    waited = time.monotonic() - start
+    m.close()
+    assert waited > 1.0, f"wait() returned after {waited:.2f} s, before rank 0 saved"
+    assert count > 100000, f"the main thread ran only {count} iterations in {waited:.2f} s: GIL held"
+
+
+def test_cleanup():
+    world.barrier()  # everyone is done with the directory
+    if r == 0:
+        __import__("shutil").rmtree(directory)
+
+
+if __name__ == "__main__":
+    run(globals())
