@@ -15,11 +15,16 @@ Fault parse_fault(const std::string& text) {
   for (auto part : trainrt::split(text, ':')) parts.emplace_back(part);
   try {
     if (parts.size() == 3 && parts[0] == "kill") return {"kill", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), 0};
-    if (parts.size() == 4 && parts[0] == "stall")
-      return {"stall", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), std::stod(parts[3])};
+    if (parts.size() == 4 && (parts[0] == "stall" || parts[0] == "slow")) {
+      const double seconds = std::stod(parts[3]);
+      // A delay is finite and under a day: anything else is a typo, not a test.
+      if (seconds >= 0 && seconds < 86400)
+        return {parts[0], static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), seconds};
+    }
   } catch (const std::exception&) {
   }
-  throw trainrt::Error(fmt::format("'{}' is not kill:RANK:STEP or stall:RANK:STEP:SECONDS", text), "--fault");
+  throw trainrt::Error(
+      fmt::format("'{}' is not kill:RANK:STEP, stall:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS", text), "--fault");
 }
 
 std::optional<int> parse_options(int argc, char** argv, Options& o) {
@@ -38,7 +43,19 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "its own, else cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_option("--watchdog", o.watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
-  app.add_option("--fault", fault_text, "inject kill:RANK:STEP or stall:RANK:STEP:SECONDS in the first attempt (tests)");
+  app.add_option("--fault", fault_text,
+                 "inject a fault (tests): kill:RANK:STEP (SIGKILL) or stall:RANK:STEP:SECONDS (one sleep before the "
+                 "step) in the first attempt only; slow:RANK:STEP:SECONDS adds SECONDS of compute to every step from "
+                 "STEP on, in every attempt (a straggler)");
+  app.add_option("--straggler-every", o.straggler_every,
+                 "every N steps the ranks share their compute times and rank 0 logs the stragglers (default 50; 0: never)");
+  app.add_option("--straggler-threshold", o.straggler_threshold,
+                 "a straggler's compute time per step is more than this fraction above the median (default 0.2: 20%)")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--prom-file", o.prom_file,
+                 "local rank 0 of each node writes its gauges here in Prometheus text format, atomically, every "
+                 "--straggler-every steps and at the end; %n: the node name (e.g. "
+                 "/var/lib/prometheus/node-exporter/train-%n.prom)");
   app.add_option("--dump-params", o.dump_params, "rank 0 writes the final parameters (raw f32: w1, b1, w2, b2) to this file");
   app.add_flag("--check-device", o.check_device,
                "only check for a usable CUDA device: exit 0 when there is one, 77 when there is none (or no driver), "

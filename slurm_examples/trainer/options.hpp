@@ -7,7 +7,7 @@
 namespace train_mlp {
 
 struct Fault {
-  std::string kind;  // "kill" or "stall"
+  std::string kind;  // "kill" or "stall" (first attempt only), "slow" (every step from `step` on, every attempt)
   unsigned rank = 0;
   std::uint64_t step = 0;
   double seconds = 0;
@@ -23,13 +23,16 @@ struct Options {
   std::string dump_params;      // rank 0 writes the final parameters' raw f32 bytes here
   bool check_device = false;    // only say whether a CUDA device is usable (exit 0 / 77 / 1)
   std::optional<Fault> fault;
+  std::uint64_t straggler_every = 50;  // steps between straggler checks (0: never)
+  double straggler_threshold = 0.2;    // a straggler computes more than this fraction above the median
+  std::string prom_file;               // Prometheus textfile of each node (local rank 0); %n: node name
 };
 
 // Fills `options`; returns the exit status when the program should stop now (--help: 0, a bad
 // command line: 2, after a message on stderr), nullopt to go on.
 std::optional<int> parse_options(int argc, char** argv, Options& options);
 
-// kill:RANK:STEP or stall:RANK:STEP:SECONDS; trainrt::Error otherwise.
+// kill:RANK:STEP, stall:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS; trainrt::Error otherwise.
 Fault parse_fault(const std::string& text);
 
 }  // namespace train_mlp

@@ -18,10 +18,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "goodput.hpp"
 #include "mlp.hpp"
+#include "monitor.hpp"
 #include "options.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
@@ -102,8 +104,8 @@ std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, st
 
 class Trainer {
  public:
-  Trainer(const Options& o, Runtime& rt, Engine& engine, checkpoint::Manager& ckpt, Reporting& rep)
-      : o_(o), rt_(rt), engine_(engine), ckpt_(ckpt), rep_(rep), rank_(rt.rank), world_(rt.size) {}
+  Trainer(const Options& o, Runtime& rt, Engine& engine, checkpoint::Manager& ckpt, Reporting& rep, Monitor& monitor)
+      : o_(o), rt_(rt), engine_(engine), ckpt_(ckpt), rep_(rep), monitor_(monitor), rank_(rt.rank), world_(rt.size) {}
 
   std::vector<std::uint8_t> step_blob = std::vector<std::uint8_t>(8, 0);
   std::uint64_t done = 0;
@@ -115,6 +117,7 @@ class Trainer {
       stop_if_any_rank_was_signalled();
       inject_fault(step);
       const double t0 = rep_.trace.now();
+      slow_fault(step);
       make_batch(shapes, o_.seed, step, rank_, batch_);
       const float local_loss = engine_.forward_backward(batch_);
       const double t_comm = rep_.trace.now();
@@ -127,6 +130,7 @@ class Trainer {
       rep_.trace.event("allreduce", "comm", t_comm, comm_s);
       const auto [stall, persist] = checkpoint_if_due(step);
       report_step(step, shapes, step_s, comm_s, stall, persist);
+      monitor_.after_step(step, step_s - comm_s);
     }
   }
 
@@ -138,6 +142,7 @@ class Trainer {
       ckpt_.save(done).get();
     }
     ckpt_.wait_idle();  // old steps removed before the summary is printed
+    monitor_.finish(done);
     rep_.metrics.write(fmt::format(R"({{"event":"end","wall":{:.6f},"step":{}}})", epoch_now(), done));
   }
 
@@ -156,7 +161,7 @@ class Trainer {
   // Faults fire in the first attempt only, so the rerun that resumes gets past them.
   void inject_fault(std::uint64_t step) {
     const auto& f = o_.fault;
-    if (!f || !rep_.first_attempt || f->rank != rank_ || f->step != step) return;
+    if (!f || f->kind == "slow" || !rep_.first_attempt || f->rank != rank_ || f->step != step) return;
     if (f->kind == "kill") {
       fmt::print(stderr, "train-mlp: rank {} kills itself at step {} (--fault)\n", rank_, step);
       std::fflush(nullptr);
@@ -164,6 +169,14 @@ class Trainer {
     }
     fmt::print(stderr, "train-mlp: rank {} stalls {} s at step {} (--fault)\n", rank_, f->seconds, step);
     std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
+  }
+
+  // "slow" makes a straggler of its rank, as a slow GPU or a throttled CPU would: extra time inside
+  // the step, before the allreduce (where the others then wait for it), every step from its step on.
+  void slow_fault(std::uint64_t step) {
+    const auto& f = o_.fault;
+    if (f && f->kind == "slow" && f->rank == rank_ && step >= f->step)
+      std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
   }
 
   // Gradients averaged by the engine's bucketer, the loss over the host communicator. A failed
@@ -206,11 +219,13 @@ class Trainer {
 
   void report_step(std::uint64_t step, const Shapes& s, double step_s, double comm_s, double stall, double persist) {
     const double bytes = s.parameter_count() * 4.0;
+    const double samples_per_s = s.rows * world_ / step_s;
+    const double busbw = world_ > 1 ? bytes / comm_s * 2.0 * (world_ - 1) / world_ / 1e9 : 0.0;
     rep_.metrics.write(fmt::format(
         R"({{"event":"step","step":{},"wall":{:.6f},"step_s":{:.6f},"samples_per_s":{:.1f},"allreduce_s":{:.6f},"allreduce_busbw_gbs":{:.4f},"ckpt_stall_s":{:.6f},"ckpt_persist_s":{},"loss":{:.6g}}})",
-        step, epoch_now(), step_s, s.rows * world_ / step_s, comm_s,
-        world_ > 1 ? bytes / comm_s * 2.0 * (world_ - 1) / world_ / 1e9 : 0.0, stall,
+        step, epoch_now(), step_s, samples_per_s, comm_s, busbw, stall,
         persist < 0 ? std::string("null") : fmt::format("{:.6f}", persist), loss));
+    monitor_.record_step(step_s, comm_s, samples_per_s, busbw, stall, persist);
     if (rank_ == 0 && (step % 20 == 0 || step == o_.steps))
       fmt::print("step {:5}  loss {:.5f}  {:.0f} samples/s  allreduce {:.1f} us\n", step, loss, s.rows * world_ / step_s,
                  comm_s * 1e6);
@@ -221,6 +236,7 @@ class Trainer {
   Engine& engine_;
   checkpoint::Manager& ckpt_;
   Reporting& rep_;
+  Monitor& monitor_;
   unsigned rank_, world_;
   Batch batch_;
   std::shared_future<checkpoint::SaveResult> pending_;
@@ -253,12 +269,18 @@ int train(const Options& o) {
     if (rank == 0) fmt::print("{}\n", msg);
   };
   checkpoint::Manager ckpt(*rt->session, co);
-  Trainer trainer(o, *rt, *engine, ckpt, rep);
+  Monitor monitor(o, *rt, rep.metrics, rep.metrics_path);
+  monitor.share_nodes();
+  Trainer trainer(o, *rt, *engine, ckpt, rep, monitor);
   trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
   rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
-  rep.metrics.write(fmt::format(R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}"}})",
-                                run_start, trainer.done, rt->size, rt->restart_count,
-                                engine->describe().substr(0, engine->describe().find(' '))));  // cpu | cuda
+  // rank, local_rank and node: trainrt-doctor names culprits by node and maps the shared-memory
+  // backend's node-local rank numbers to global ones (docs/doctor.md).
+  rep.metrics.write(fmt::format(
+      R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
+      run_start, trainer.done, rt->size, rt->restart_count,
+      engine->describe().substr(0, engine->describe().find(' ')),  // cpu | cuda
+      rank, rt->local_rank, nlohmann::json(monitor.node()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (rank == 0)
     fmt::print("train-mlp: {} ranks, {} rows per rank, device {}, starting after step {} (restart {}{})\n", rt->size,
                shapes.rows, engine->describe(), trainer.done, rt->restart_count,
