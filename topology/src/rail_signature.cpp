@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "trainrt/error.hpp"
@@ -18,11 +19,24 @@ constexpr std::size_t kMaxCheckLines = 65536;          // nodes in one job
 constexpr std::size_t kMaxCheckLineBytes = 64u << 10;  // one node's layout
 constexpr std::size_t kMaxNamesShown = 16;
 
-std::string nic_text(const Nic& n) {
+std::string nic_text(const Nic& n, const RailExtras* extras) {
   std::string ports;
-  for (const auto& p : n.ports) ports += fmt::format("{}{}={}", ports.empty() ? "" : ",", p.number, p.state);
-  return fmt::format("{}:{}:{}", n.rdma_name.empty() ? n.busid : n.rdma_name, to_string(n.link),
-                     ports.empty() ? "-" : ports);
+  for (const auto& p : n.ports) {
+    ports += fmt::format("{}{}={}", ports.empty() ? "" : ",", p.number, p.state);
+    if (!extras) continue;
+    auto it = extras->port_prefix.find(fmt::format("{}/{}", n.rdma_name, p.number));
+    if (it != extras->port_prefix.end()) ports += "@" + it->second;
+  }
+  std::string out = fmt::format("{}:{}:{}", n.rdma_name.empty() ? n.busid : n.rdma_name, to_string(n.link),
+                                ports.empty() ? "-" : ports);
+  if (extras && n.link == LinkLayer::Ethernet) {
+    std::string nets;
+    for (const auto& d : n.netdevs)
+      if (auto it = extras->netdev_networks.find(d); it != extras->netdev_networks.end())
+        nets += (nets.empty() ? "" : ",") + it->second;
+    if (!nets.empty()) out += ":ip=" + nets;
+  }
+  return out;
 }
 
 std::string names(const std::vector<std::string>& hosts) {
@@ -34,20 +48,21 @@ std::string names(const std::vector<std::string>& hosts) {
 
 }  // namespace
 
-std::string rail_layout(const Node& node, const RailOptions& options) {
+std::string rail_layout(const Node& node, const RailOptions& options, const RailExtras* extras) {
   RailMap rails = pair_rails(node, options);
   std::string out = fmt::format("gpus={} rails={}", node.gpus.size(), rails.rail_count);
   for (const auto& g : rails.gpus) {
     out += fmt::format(" {}>", node.gpus[g.gpu].busid);
     if (g.nics.empty()) out += "none";
-    for (std::size_t i = 0; i < g.nics.size(); ++i) out += (i ? "+" : "") + nic_text(node.nics[g.nics[i]]);
+    for (std::size_t i = 0; i < g.nics.size(); ++i) out += (i ? "+" : "") + nic_text(node.nics[g.nics[i]], extras);
     out += fmt::format("/{}", to_string(g.path));
   }
   return out;
 }
 
-std::string rail_signature_line(const std::string& host, const Node& node, const RailOptions& options) {
-  const std::string layout = rail_layout(node, options);
+std::string rail_signature_line(const std::string& host, const Node& node, const RailOptions& options,
+                                const RailExtras* extras) {
+  const std::string layout = rail_layout(node, options, extras);
   std::string h = host.empty() ? "?" : host;
   std::replace_if(h.begin(), h.end(), [](char c) { return c == ' ' || c == '\t' || c == '\n'; }, '_');
   return fmt::format("{} rails/1:{:016x} {}", h, fnv1a64(layout), layout);
@@ -57,7 +72,9 @@ RailCheck check_rail_signatures(const std::string& text) {
   struct Group {
     std::string layout;
     std::vector<std::string> hosts;
+    std::size_t first = 0;  // the group's earliest line: the tie-break
   };
+  std::set<std::pair<std::string, std::string>> seen;  // (host, signature): several tasks per node
   std::map<std::string, Group> groups;  // by signature
   std::istringstream in(text);
   std::string line;
@@ -80,7 +97,10 @@ RailCheck check_rail_signatures(const std::string& text) {
     if (!layout.empty() && layout.front() == ' ') layout.erase(0, 1);
     if (fmt::format("rails/1:{:016x}", fnv1a64(layout)) != sig)
       throw Error(fmt::format("line {} ({}): the signature does not match its layout", count, host), "rail check");
-    auto& g = groups[sig];
+    if (!seen.emplace(host, sig).second) continue;
+    auto [it, fresh] = groups.try_emplace(sig);
+    Group& g = it->second;
+    if (fresh) g.first = count;
     g.layout = layout;
     g.hosts.push_back(host);
   }
@@ -88,10 +108,12 @@ RailCheck check_rail_signatures(const std::string& text) {
   std::vector<const Group*> order;
   for (const auto& [sig, g] : groups) order.push_back(&g);
   std::stable_sort(order.begin(), order.end(),
-                   [](const Group* a, const Group* b) { return a->hosts.size() > b->hosts.size(); });
+                   [](const Group* a, const Group* b) {
+                     return a->hosts.size() != b->hosts.size() ? a->hosts.size() > b->hosts.size() : a->first < b->first;
+                   });
   RailCheck out;
   out.mismatch = order.size() > 1;
-  out.report = fmt::format("rail check: {} node(s), {} layout(s)\n", count, order.size());
+  out.report = fmt::format("rail check: {} node(s), {} layout(s)\n", seen.size(), order.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const Group& g = *order[i];
     out.report += fmt::format("{} {} node(s): {}\n  {}\n", i == 0 ? "majority" : "DIFFERS ", g.hosts.size(),

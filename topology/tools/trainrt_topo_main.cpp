@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string_view>
 
+#include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/strings.hpp"
 #include "trainrt/topology/cache.hpp"
@@ -38,6 +40,32 @@ std::vector<std::string> split_commas(const std::string& s) {
   for (auto part : trainrt::split(s, ','))
     if (!part.empty()) out.emplace_back(part);
   return out;
+}
+
+// --check: every task's signature line over PMIx; the same verdict on every rank.
+int gather_and_check(const std::string& line) {
+  trainrt::bootstrap::SessionOptions options;
+  options.quiet = true;
+  options.timeout = std::chrono::seconds(60);
+  auto session = trainrt::bootstrap::Session::open(options);
+  const char* ntasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (session->is_single_process() && ntasks && std::atoi(ntasks) > 1)
+    throw trainrt::Error(fmt::format("{} tasks but no PMIx server to gather them: run it as srun --mpi=pmix ... "
+                                     "trainrt-topo --check",
+                                     std::atoi(ntasks)),
+                         "--check");
+  std::vector<std::uint8_t> mine(line.begin(), line.end());
+  std::string all;
+  for (const auto& blob : session->allgather(mine)) {
+    all.append(blob.begin(), blob.end());
+    all += '\n';
+  }
+  trainrt::topo::RailCheck result = trainrt::topo::check_rail_signatures(all);
+  if (session->rank() == 0) {
+    std::fwrite(result.report.data(), 1, result.report.size(), stdout);
+    std::fflush(stdout);
+  }
+  return result.mismatch ? 1 : 0;
 }
 
 int run(int argc, char** argv) {
@@ -66,6 +94,11 @@ int run(int argc, char** argv) {
   app.add_flag("--rail-signature", rail_signature,
                "print this node's rail layout as one line 'HOST rails/1:HASH LAYOUT' and exit; compare nodes with "
                "'srun --ntasks-per-node=1 trainrt-topo --rail-signature | trainrt-topo --rail-check -'");
+  bool check = false;
+  app.add_flag("--check", check,
+               "cross-node rail check: run under 'srun --mpi=pmix' (any tasks per node); every task's rail "
+               "signature is gathered over PMIx, rank 0 prints the layouts and names the nodes that differ from the "
+               "majority (on a tie, from the first node's); every rank exits 1 on a mismatch");
   app.add_option("--rail-check", rail_check,
                  "read signature lines (a file, or - for stdin), name the nodes whose layout differs from the "
                  "majority; exit 1 on a mismatch");
@@ -129,7 +162,7 @@ int run(int argc, char** argv) {
   } else {
     node = !xml.empty() ? load_file(xml) : !nccl_xml.empty() ? load_nccl_xml(nccl_xml) : load_live();
   }
-  if (!rail_signature && req.policy == Policy::Rail && node.gpus.empty())
+  if (!rail_signature && !check && req.policy == Policy::Rail && node.gpus.empty())
     throw trainrt::Error("no GPUs found, so policy rail has nothing to place (use --policy numa for CPU-only ranks)",
                          node.source);
   if (!cpus.empty()) req.allowed_cpus = CpuSet::parse_list(cpus);
@@ -162,12 +195,24 @@ int run(int argc, char** argv) {
       throw trainrt::Error("cannot write the output", "stdout");
     return 0;
   }
-  if (rail_signature) {
+  if (rail_signature || check) {
+    // A live node's rails also carry their subnet prefixes and IP networks (sysfs, procfs).
+    RailExtras extras;
+    if (node.source == "live") extras = read_rail_extras(node);
     std::string host = node.hostname;  // a file's own host name, or this machine's
     char name[256] = {};
+    if (check) {
+      // Under srun the Slurm node name tells the nodes apart, whatever file each one was given.
+      const char* slurm_name = std::getenv("SLURMD_NODENAME");
+      host = slurm_name && *slurm_name ? slurm_name : "";
+    }
     if (host.empty() && ::gethostname(name, sizeof name - 1) == 0) host = name;
-    fmt::print("{}\n", rail_signature_line(host, node, req.rails));
-    return 0;
+    const std::string line = rail_signature_line(host, node, req.rails, &extras);
+    if (!check) {
+      fmt::print("{}\n", line);
+      return 0;
+    }
+    return gather_and_check(line);
   }
   Placement placement = place(node, req);
   std::string out = format == "json"  ? render_json(node, placement)
