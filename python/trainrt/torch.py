@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import trainrt
 
-__all__ = ["SessionStore", "init_process_group", "destroy_process_group", "device", "world"]
+__all__ = ["SessionStore", "StoreError", "init_process_group", "destroy_process_group", "device", "world"]
 
 _DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's own default for process groups
 _state: dict = {}  # the world and store of the live process group (the server lives in rank 0's)
@@ -103,13 +103,18 @@ class SessionStore(dist.Store):
         address = f"{host}:{port}"
         if server is not None:
             return cls(server, address, server)
+        return cls.connect(host, int(port), timeout, w.rank)
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: datetime.timedelta, rank: int) -> "SessionStore":
+        """A client of the server at host:port (what the ranks but 0 do in create())."""
         try:
-            client = dist.TCPStore(host, int(port), None, False, timeout)
+            client = dist.TCPStore(host, port, None, False, timeout)
         except Exception as e:
-            raise StoreError(f"trainrt.torch: rank {w.rank} could not reach rank 0's store at {address}: {e} "
+            raise StoreError(f"trainrt.torch: rank {rank} could not reach rank 0's store at {host}:{port}: {e} "
                              "(a firewall, or rank 0's address is not on a network this node shares: "
                              "set TRAINRT_IFNAME)") from None
-        return cls(client, address)
+        return cls(client, f"{host}:{port}")
 
     def _call(self, op: str, key, fn):
         try:

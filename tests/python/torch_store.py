@@ -76,6 +76,23 @@ def main():
         pass
     tt.destroy_process_group()
     check(not dist.is_initialized() and tt.world() is None, "destroy_process_group left a group")
+
+    # Errors name what failed: an unreachable server (a port nobody listens on), a bad interface.
+    import datetime, socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed again below: nothing listens there
+    try:
+        tt.SessionStore.connect("127.0.0.1", dead, datetime.timedelta(seconds=2), rank)
+        check(False, "a store client connected to a closed port")
+    except tt.StoreError as e:
+        check(f"127.0.0.1:{dead}" in str(e) and "TRAINRT_IFNAME" in str(e), f"unreachable store message: {e}")
+    os.environ["TRAINRT_IFNAME"] = "trainrt-no-such-if0"
+    try:
+        tt._ipv4_of(os.environ["TRAINRT_IFNAME"])
+        check(False, "an interface that does not exist gave an address")
+    except tt.StoreError as e:
+        check("trainrt-no-such-if0" in str(e), f"bad interface message: {e}")
     print(f"TORCH-STORE-OK rank {rank} of {n} store {store.address}", flush=True)
     return 0
 
