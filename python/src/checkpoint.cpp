@@ -70,7 +70,7 @@ class PyManager {
     if (verbose) {
       // Called from the writer thread too: plain stderr, never Python.
       const unsigned rank = world.runtime().rank;
-      o.log = [rank](const std::string& line) { std::fprintf(stderr, "trainrt checkpoint [rank %u]: %s\n", rank, line.c_str()); };
+      o.log = [rank](const std::string& line) { std::fprintf(stderr, "trainrt [rank %u] %s\n", rank, line.c_str()); };
     }
     checkpoint_call([&] {
       nb::gil_scoped_release release;

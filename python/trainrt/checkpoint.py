@@ -88,15 +88,20 @@ def _jsonable(v: Any) -> bool:
 class Manager:
     """Checkpoints of this job's registered state into `directory` (see the module docstring).
 
-    The world is trainrt.init()'s (called here if it was not). Creating a Manager installs the
+    The world is trainrt.init()'s (called here if it was not). keep_last: committed steps kept.
+    verify_before_load: restore() touches the tensors only once every rank verified the step (one
+    more copy). verbose: progress lines on stderr (None: rank 0 only). Creating a Manager installs the
     runtime's SIGTERM/SIGUSR1 handlers (they set the flag stop_requested() reads, replacing any
     Python handler of those two signals)."""
 
     def __init__(self, directory: str, keep_last: int = 2, *, verify_before_load: bool = False,
-                 verbose: bool = False) -> None:
+                 verbose: Optional[bool] = None) -> None:
         w = _world() if is_initialized() else init()
         self._world = w
-        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), bool(verbose))
+        # verbose: the runtime's progress lines (commits, removed and skipped steps, restores) on
+        # stderr; None: rank 0's only.
+        log = (w.rank == 0) if verbose is None else bool(verbose)
+        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), log)
         self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
         # register_state_dict's non-tensor leaves: blob name -> (state_dict, [paths])
         self._extras: Dict[str, Tuple[Any, List[Tuple[Any, ...]]]] = {}
