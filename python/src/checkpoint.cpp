@@ -14,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "bindings.hpp"
@@ -142,6 +143,7 @@ class PyManager {
 
   void save(std::uint64_t step, const ckpt::Metadata& metadata) {
     nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     checkpoint_call([&] {
       // An earlier save still in flight: its outcome first (an error of it surfaces here).
       if (pending_) finish_pending();
@@ -155,6 +157,7 @@ class PyManager {
     std::optional<ckpt::SaveResult> r;
     {
       nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
       checkpoint_call([&] {
         if (pending_) r = finish_pending();
         manager_->wait_idle();
@@ -167,6 +170,7 @@ class PyManager {
 
   std::int64_t restore() {
     nb::gil_scoped_release release;
+    std::lock_guard lock(mutex_);
     return checkpoint_call([&] {
       if (pending_) finish_pending();
       std::int64_t step = manager_->restore();
@@ -180,6 +184,7 @@ class PyManager {
 
   [[noreturn]] void save_and_exit(std::uint64_t step, const ckpt::Metadata& metadata) {
     nb::gil_scoped_release release;
+    mutex_.lock();  // never unlocked: the process exits
     try {
       if (pending_) finish_pending();
       stage_raw();
@@ -239,6 +244,8 @@ class PyManager {
   std::deque<Raw> raw_;                                    // deque: blob addresses stay put
   std::map<std::string, std::vector<std::uint8_t>> blobs_;  // Python-managed blobs
   std::optional<std::shared_future<ckpt::SaveResult>> pending_;
+  // save/wait/restore from two Python threads (the GIL is released in them) take turns.
+  std::mutex mutex_;
 };
 
 nb::dict step_report(const ckpt::StepReport& s) {
