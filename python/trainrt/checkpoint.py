@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
 from ._trainrt import CheckpointError, UsageError
@@ -103,8 +103,9 @@ class Manager:
         log = (w.rank == 0) if verbose is None else bool(verbose)
         self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), log)
         self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
-        # register_state_dict's non-tensor leaves: blob name -> (state_dict, [paths])
-        self._extras: Dict[str, Tuple[Any, List[Tuple[Any, ...]]]] = {}
+        # Non-tensor values saved as one JSON entry per registration:
+        # blob name -> [(key, read the live value, write a restored value)]
+        self._extras: Dict[str, List[Tuple[str, Callable[[], Any], Callable[[Any], None]]]] = {}
 
     # ------------------------------------------------------------------ registration
     def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
@@ -125,8 +126,9 @@ class Manager:
         them to take effect. A leaf JSON cannot hold is a UsageError naming it. Returns the
         registered tensor names.
 
-        Torch's optimizers create their state (exp_avg, ...) at the first step(): register an
-        optimizer's state_dict after its state exists, or its tensors are not in it."""
+        For a torch optimizer use register_optimizer(): optimizer.state_dict() misses the state
+        torch creates at the first step(), and optimizer.load_state_dict() replaces the state
+        tensors, so later saves would miss them."""
         if not isinstance(state_dict, Mapping):
             raise UsageError(f"checkpoint: register_state_dict takes a mapping, got {type(state_dict).__name__}")
         names, extras = [], []
@@ -140,29 +142,78 @@ class Manager:
             else:
                 raise UsageError(f"checkpoint: '{prefix}{_key(path)}' is a {type(value).__name__}: neither a tensor "
                                  "nor JSON-serialisable")
-        if extras:
-            blob = prefix + "@json"
-            self._m.register_blob(blob, bool(replicated))
-            self._extras[blob] = (state_dict, extras)
+        self._register_extras(prefix + "@json", [
+            (_key(p), (lambda p=p: _get(state_dict, p)), (lambda v, p=p: _set(state_dict, p, v))) for p in extras
+        ], replicated)
         return names
+
+    def register_optimizer(self, prefix: str, optimizer: Any, replicated: bool = False) -> List[str]:
+        """Registers a torch optimizer's live state in place: every state tensor of parameter i
+        (its index over param_groups) as prefix + "state.<i>.<name>", and its non-tensor state and
+        hyper-parameters (lr, betas, ...) as one JSON entry, prefix + "@json", written straight back
+        into optimizer.state and optimizer.param_groups by restore(). No load_state_dict needed
+        (and none allowed after registering: it replaces the state tensors).
+
+        Torch creates most optimizers' state at the first step(). An optimizer with no state yet is
+        given it here, as torch.distributed.checkpoint does: zero gradients, one step() with lr 0,
+        then every state tensor zeroed, so a run that restores nothing continues as a fresh one
+        (exact for Adam, AdamW, SGD with momentum and no dampening, RMSprop; check others).
+        Parameters must not hold gradients then. Returns the registered tensor names."""
+        import torch  # only this method needs torch
+
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if not any(optimizer.state.get(p) for p in params):
+            _materialize_optimizer_state(torch, optimizer, params)
+        missing = [i for i, p in enumerate(params) if p.requires_grad and not optimizer.state.get(p)]
+        if missing and any(optimizer.state.get(p) for p in params):
+            raise UsageError(f"checkpoint: optimizer parameters {missing[:8]} have no state while others do: "
+                             "register after a step() that updated every parameter")
+        names, extras = [], []
+        for i, p in enumerate(params):
+            st = optimizer.state.get(p, {})
+            for k, v in st.items():
+                key = f"state.{i}.{k}"
+                if isinstance(v, torch.Tensor):
+                    self.register(prefix + key, v, replicated)
+                    names.append(prefix + key)
+                elif _jsonable(v):
+                    extras.append((key, (lambda st=st, k=k: st[k]), (lambda x, st=st, k=k: _assign(st, k, x))))
+                else:
+                    raise UsageError(f"checkpoint: '{prefix}{key}' is a {type(v).__name__}: neither a tensor nor "
+                                     "JSON-serialisable")
+        for gi, g in enumerate(optimizer.param_groups):
+            for k, v in g.items():
+                if k == "params":
+                    continue
+                key = f"param_groups.{gi}.{k}"
+                if not _jsonable(v):
+                    raise UsageError(f"checkpoint: '{prefix}{key}' is a {type(v).__name__}: not JSON-serialisable")
+                extras.append((key, (lambda g=g, k=k: g[k]), (lambda x, g=g, k=k: _assign(g, k, x))))
+        self._register_extras(prefix + "@json", extras, replicated)
+        return names
+
+    def _register_extras(self, blob: str, extras, replicated: bool) -> None:
+        if not extras:
+            return
+        self._m.register_blob(blob, bool(replicated))
+        self._extras[blob] = extras
 
     # ------------------------------------------------------------------ save / restore
     def _stage_extras(self) -> None:
-        for blob, (sd, paths) in self._extras.items():
-            values = {_key(p): _get(sd, p) for p in paths}
+        for blob, extras in self._extras.items():
+            values = {key: get() for key, get, _ in extras}
             self._m.set_blob(blob, json.dumps(values, sort_keys=True).encode())
 
     def _unstage_extras(self) -> None:
-        for blob, (sd, paths) in self._extras.items():
+        for blob, extras in self._extras.items():
             raw = self._m.get_blob(blob)
             try:
                 values = json.loads(raw.decode()) if raw else {}
             except ValueError as e:
                 raise CheckpointError(f"checkpoint: entry '{blob}' is not the JSON this module writes: {e}") from None
-            for p in paths:
-                k = _key(p)
-                if k in values:
-                    _set(sd, p, values[k])
+            for key, _, put in extras:
+                if key in values:
+                    put(values[key])
 
     @staticmethod
     def _metadata(metadata: Optional[Mapping[str, Any]]) -> Dict[str, str]:
@@ -263,11 +314,45 @@ def _get(obj: Any, path: Tuple[Any, ...]) -> Any:
 
 
 def _set(obj: Any, path: Tuple[Any, ...], value: Any) -> None:
-    parent = _get(obj, path[:-1])
-    old = parent[path[-1]]
+    _assign(_get(obj, path[:-1]), path[-1], value)
+
+
+def _assign(container: Any, key: Any, value: Any) -> None:
+    old = container[key]
     if isinstance(old, tuple) and isinstance(value, list):
         value = tuple(value)  # JSON has no tuples (Adam's betas)
-    parent[path[-1]] = value
+    container[key] = value
+
+
+def _materialize_optimizer_state(torch: Any, optimizer: Any, params: List[Any]) -> None:
+    """Creates a lazily-initialised optimizer's state without changing the parameters or what a
+    fresh run computes next (see Manager.register_optimizer)."""
+    trainable = [p for p in params if p.requires_grad]
+    if any(p.grad is not None for p in trainable):
+        raise UsageError("checkpoint: register_optimizer on an optimizer without state needs parameters without "
+                         "gradients (call optimizer.zero_grad(set_to_none=True) first)")
+    lrs = []
+    for g in optimizer.param_groups:
+        lrs.append(g.get("lr"))
+        if "lr" in g:
+            g["lr"] = 0.0
+    try:
+        for p in trainable:
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+    finally:
+        for g, lr in zip(optimizer.param_groups, lrs):
+            if lr is not None:
+                g["lr"] = lr
+        for p in trainable:
+            p.grad = None
+    with torch.no_grad():
+        for st in optimizer.state.values():
+            for k, v in list(st.items()):
+                if isinstance(v, torch.Tensor):
+                    v.zero_()
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    st[k] = type(v)(0)  # a step counter kept as a number
 
 
 def verify(directory: str, step: Optional[int] = None) -> VerifyReport:

@@ -84,63 +84,91 @@ def test_torch_tensors_every_dtype():
     m.close()
 
 
-def test_state_dict_model_and_optimizer_bitwise():
-    if torch is None:
-        return
-    torch.manual_seed(0)
-    d = tmpdir()
+def _model_and_optimizer(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 2))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
 
-    def make():
-        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        return model, opt
 
-    def step(model, opt):
-        x = torch.randn(4, 8)
-        opt.zero_grad()
+def _train(model, opt, steps):
+    for s in steps:
+        g = torch.Generator().manual_seed(100 + s)
+        x = torch.randn(4, 8, generator=g)
+        opt.zero_grad(set_to_none=True)
         model(x).square().mean().backward()
         opt.step()
 
-    model, opt = make()
-    step(model, opt)  # Adam's state exists from the first step on
+
+def _params(model):
+    return [t.detach().clone() for t in model.state_dict().values()]
+
+
+def test_model_and_optimizer_resume_bitwise():
+    if torch is None:
+        return
+    d = tmpdir()
+    # Reference: 5 steps with nothing registered.
+    ref, ref_opt = _model_and_optimizer(0)
+    _train(ref, ref_opt, range(2))
+    ref_opt.param_groups[0]["lr"] = 2e-2
+    _train(ref, ref_opt, range(2, 5))
+    want = _params(ref)
+
+    # Run 1: registered before any step (AdamW has no state yet), nothing to restore, saves at 3.
+    model, opt = _model_and_optimizer(0)
     m = checkpoint.Manager(d)
     names = m.register_state_dict("model.", model.state_dict(), replicated=True)
-    osd = opt.state_dict()
-    onames = m.register_state_dict("optim.", osd)
-    assert "model.0.weight" in names and "optim.state.0.exp_avg" in onames, (names, onames)
-    m.save(1)
+    onames = m.register_optimizer("optim.", opt)
+    assert "model.0.weight" in names and "model.1.num_batches_tracked" in names, names
+    assert "optim.state.0.exp_avg" in onames and "optim.state.0.step" in onames, onames
+    assert m.restore() == -1
+    _train(model, opt, range(2))
+    opt.param_groups[0]["lr"] = 2e-2
+    _train(model, opt, range(2, 3))
+    m.save(3, {"epoch": 0})
     m.wait()
-    want_model = {k: v.clone() for k, v in model.state_dict().items()}
-    want_opt = {k: {kk: vv.clone() for kk, vv in s.items()} for k, s in opt.state_dict()["state"].items()}
-    # Train on and change a hyper-parameter: restore must bring back both.
-    step(model, opt)
-    osd["param_groups"][0]["lr"] = 0.5
-    assert m.restore() == 1
-    opt.load_state_dict(osd)
-    for k, v in model.state_dict().items():
-        assert torch.equal(v, want_model[k]), k
-    for k, s in opt.state_dict()["state"].items():
-        for kk, vv in s.items():
-            assert torch.equal(vv, want_opt[k][kk]), (k, kk)
-    assert opt.param_groups[0]["lr"] == 1e-2 and opt.param_groups[0]["betas"] == (0.9, 0.999)
-    # Continuing from the restored state matches continuing from the saved one, bitwise.
-    torch.manual_seed(1)
-    step(model, opt)
-    after_restore = [p.detach().clone() for p in model.parameters()]
-    model2, opt2 = make()
-    step(model2, opt2)
+    _train(model, opt, range(3, 5))
+    got = _params(model)
+    assert all(torch.equal(a, b) for a, b in zip(got, want)), "registering changed a fresh run"
+    m.close()
+
+    # Run 2: another init, restored from step 3 in place, continues to 5: bitwise the same.
+    model2, opt2 = _model_and_optimizer(1)
     m2 = checkpoint.Manager(d)
     m2.register_state_dict("model.", model2.state_dict(), replicated=True)
-    osd2 = opt2.state_dict()
-    m2.register_state_dict("optim.", osd2)
-    assert m2.restore() == 1
-    opt2.load_state_dict(osd2)
-    torch.manual_seed(1)
-    step(model2, opt2)
-    for p, q in zip(after_restore, model2.parameters()):
-        assert torch.equal(p, q.detach())
-    m.close()
+    m2.register_optimizer("optim.", opt2)
+    assert m2.restore() == 3 and m2.restored_metadata == {"epoch": "0"}
+    assert opt2.param_groups[0]["lr"] == 2e-2 and opt2.param_groups[0]["betas"] == (0.9, 0.999)
+    _train(model2, opt2, range(3, 5))
+    assert all(torch.equal(a, b) for a, b in zip(_params(model2), want)), "resume is not bitwise"
+    # The registered tensors are still the optimizer's live state: a save now holds step 5's.
+    m2.save(5)
+    m2.wait()
+    live = {k: v.clone() for k, v in opt2.state[next(iter(model2.parameters()))].items()}
     m2.close()
+    model3, opt3 = _model_and_optimizer(2)
+    m3 = checkpoint.Manager(d)
+    m3.register_state_dict("model.", model3.state_dict(), replicated=True)
+    m3.register_optimizer("optim.", opt3)
+    assert m3.restore() == 5
+    for k, v in opt3.state[next(iter(model3.parameters()))].items():
+        assert torch.equal(v, live[k]), k
+    m3.close()
+
+
+def test_state_dict_extras_round_trip():
+    sd = {"w": np.arange(4.0), "cfg": {"lr": 0.1, "betas": (0.9, 0.99), "ids": [0, 1]}, "name": "run"}
+    d = tmpdir()
+    m = checkpoint.Manager(d)
+    assert m.register_state_dict("s.", sd) == ["s.w"]
+    m.save(1)
+    m.wait()
+    sd["cfg"]["lr"], sd["name"], sd["w"][:] = 0.5, "other", 0
+    assert m.restore() == 1
+    assert sd["cfg"] == {"lr": 0.1, "betas": (0.9, 0.99), "ids": [0, 1]} and sd["name"] == "run"
+    np.testing.assert_array_equal(sd["w"], np.arange(4.0))
+    m.close()
 
 
 def test_non_tensor_leaf_that_json_cannot_hold_is_a_usage_error():
