@@ -17,6 +17,8 @@
 #include <mutex>
 #include <optional>
 
+#include <unistd.h>
+
 #include "bindings.hpp"
 #include "tensor.hpp"
 #include "trainrt/checkpoint/inspect.hpp"
@@ -82,6 +84,10 @@ class PyManager {
   }
 
   ~PyManager() {
+    if (::getpid() != owner_pid_) {
+      (void)manager_.release();  // a forked child: the writer thread and staging are the parent's
+      return;
+    }
     nb::gil_scoped_release release;  // waits for a save in flight
     try {
       manager_.reset();
@@ -240,6 +246,7 @@ class PyManager {
   }
 
   std::unique_ptr<ckpt::Manager> manager_;
+  int owner_pid_ = ::getpid();
   std::vector<View> arrays_;                               // keeps registered tensors alive
   std::deque<Raw> raw_;                                    // deque: blob addresses stay put
   std::map<std::string, std::vector<std::uint8_t>> blobs_;  // Python-managed blobs

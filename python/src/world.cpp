@@ -9,6 +9,8 @@
 #include <cmath>
 #include <span>
 
+#include <unistd.h>
+
 #include "bindings.hpp"
 #include "tensor.hpp"
 
@@ -39,7 +41,7 @@ nb::bytes to_bytes(const bootstrap::Blob& b) { return nb::bytes(reinterpret_cast
 
 }  // namespace
 
-World::World(double timeout_seconds, bool quiet, const std::string& nccl) {
+World::World(double timeout_seconds, bool quiet, const std::string& nccl) : owner_pid_(::getpid()) {
   if (!(timeout_seconds >= 1 && timeout_seconds <= 86400 * 7))
     throw UsageError(fmt::format("timeout={} s: give 1 s to 7 days", timeout_seconds), "trainrt.init");
   InitOptions o;
@@ -52,6 +54,11 @@ World::World(double timeout_seconds, bool quiet, const std::string& nccl) {
 }
 
 World::~World() {
+  if (::getpid() != owner_pid_) {
+    // A forked child: the shared memory, PMIx connection and threads are the parent's. Leave them.
+    (void)rt_.release();
+    return;
+  }
   nb::gil_scoped_release release;  // tearing down communicators and PMIx may wait on peers
   rt_.reset();
 }

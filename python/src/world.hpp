@@ -26,6 +26,7 @@ class World {
  private:
   std::unique_ptr<Runtime> rt_;
   std::mutex mutex_;
+  int owner_pid_ = 0;  // a forked child (a DataLoader worker) must not tear down the parent's runtime
 };
 
 }  // namespace trainrt::py
