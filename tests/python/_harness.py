@@ -50,5 +50,7 @@ def expect_raises(exc_type, fn, *args, contains=(), **kw):
 def tmpdir(prefix="trainrt-py-"):
     """A fresh directory, removed when this process exits."""
     d = tempfile.mkdtemp(prefix=prefix)
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    pid = os.getpid()
+    # Only by this process: a forked child runs the parent's atexit handlers too.
+    atexit.register(lambda: os.getpid() == pid and shutil.rmtree(d, ignore_errors=True))
     return d

@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _fake_dlpack import FakeTensor  # noqa: E402
 from _harness import expect_raises, run, tmpdir  # noqa: E402
 
 for var in list(os.environ):
@@ -221,6 +222,9 @@ def test_registration_errors_are_typed():
     expect_raises(trainrt.UsageError, m.save, -1, contains=("step",))
     expect_raises(trainrt.UsageError, m.save, 1, {"k": object()}, contains=("'k'",))
     expect_raises(trainrt.UsageError, checkpoint.Manager, tmpdir(), keep_last=0, contains=("keep_last",))
+    expect_raises(trainrt.UsageError, m.register, "dev7", FakeTensor(device_type=7), contains=("device type 7",))
+    if not trainrt.has_cuda:  # CUDA builds take device tensors (test_cuda.py, on a GPU)
+        expect_raises(trainrt.UsageError, m.register, "gpu", FakeTensor(device_type=2), contains=("without CUDA",))
     m.close()
 
 

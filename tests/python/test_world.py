@@ -4,6 +4,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _fake_dlpack import FakeTensor  # noqa: E402
 from _harness import expect_raises, run  # noqa: E402
 
 for var in ("PMIX_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI2", "PMIX_SERVER_URI3", "PMIX_SERVER_URI4",
@@ -72,6 +73,9 @@ def test_allreduce_errors_are_typed():
     expect_raises(trainrt.UsageError, world.allreduce, ro, contains=("read-only",))
     if torch is not None:
         expect_raises(trainrt.UsageError, world.allreduce, torch.zeros(4, 4).t(), contains=("not contiguous",))
+    # Device memory through DLPack (a fake producer: no GPU here): refused before it is touched.
+    expect_raises(trainrt.UsageError, world.allreduce, FakeTensor(device_type=2), contains=("CPU tensors",))
+    expect_raises(trainrt.UsageError, world.allreduce, FakeTensor(device_type=7), contains=("device type 7",))
     # Every error is a trainrt.Error; the classes form the documented hierarchy.
     assert issubclass(trainrt.PeerError, trainrt.Error) and issubclass(trainrt.CheckpointError, trainrt.Error)
     assert issubclass(trainrt.Error, RuntimeError)
