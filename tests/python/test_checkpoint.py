@@ -256,27 +256,5 @@ def test_save_and_exit_commits_and_exits_75():
     assert rep.intact and rep.step == 5 and rep.metadata == {"why": "signal"}, rep
 
 
-def test_forked_child_leaves_the_parents_runtime_alone():
-    # A DataLoader-style fork while a save is in flight; the child exits through Python's normal
-    # finalisation. The parent's manager and world must keep working.
-    d = tmpdir()
-    a = np.ones(100000)
-    m = checkpoint.Manager(d)
-    m.register("a", a)
-    m.save(1)
-    pid = os.fork()
-    if pid == 0:
-        sys.exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert status == 0, status
-    assert m.wait().step == 1
-    trainrt.world().allreduce(a)
-    m.save(2)
-    m.wait()
-    a[:] = 0
-    assert m.restore() == 2 and (a == 1).all()
-    m.close()
-
-
 if __name__ == "__main__":
     run(globals())

@@ -104,6 +104,42 @@ def test_wait_releases_the_gil():
     assert count > 100000, f"the main thread ran only {count} iterations in {waited:.2f} s: GIL held"
 
 
+def test_forked_child_leaves_the_parents_runtime_alone():
+    # A DataLoader-style fork with a save in flight; the child drops its copies of the manager and
+    # the world (what its shutdown does). The parents' world and manager must keep working.
+    a = np.full(1 << 20, float(r))
+    m = checkpoint.Manager(directory + "/fork")
+    m.register("a", a)
+    m.save(1)
+    pid = os.fork()
+    if pid == 0:
+        global world
+        import gc
+        del m
+        world = None
+        trainrt._world = None
+        gc.collect()
+        os._exit(0)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            raise AssertionError("the forked child hung tearing down the parent's manager or world")
+        time.sleep(0.05)
+    assert status == 0, status
+    assert m.wait().step == 1
+    world.allreduce(a)
+    assert (a == n * (n - 1) / 2).all()
+    m.save(2)
+    m.wait()
+    a[:] = -1
+    assert m.restore() == 2 and (a == n * (n - 1) / 2).all()
+    m.close()
+
+
 def test_cleanup():
     world.barrier()  # everyone is done with the directory
     if r == 0:
