@@ -58,6 +58,7 @@ def main():
     dist.barrier()
 
     numel = a.mib * (1 << 20) // 4
+    key = f"state.rank{rank}"  # DCP takes a plain tensor under one name on every rank as replicated (saved once)
     t = torch.arange(numel, dtype=torch.float32) * (rank + 1) + 0.5
     want = (t[::4099].clone(), t.view(torch.int32).sum(dtype=torch.int64).item())
 
@@ -120,11 +121,11 @@ def main():
         dist.barrier()
         t0 = time.perf_counter()
         if asynchronous:
-            fut = dcp.async_save({"state": t}, checkpoint_id=path)
+            fut = dcp.async_save({key: t}, checkpoint_id=path)
             blocked = time.perf_counter() - t0
             getattr(fut, "upload_completion", fut).result()
         else:
-            dcp.save({"state": t}, checkpoint_id=path)
+            dcp.save({key: t}, checkpoint_id=path)
             blocked = time.perf_counter() - t0
         persisted = time.perf_counter() - t0
         return slowest(blocked), slowest(persisted)
@@ -151,7 +152,7 @@ def main():
         if not DCP_MISSING:
             b, e = run_dcp(step, False); add(("dcp.save", "blocked"), b); add(("dcp.save", "persisted"), e)
             path = os.path.join(base, f"dcp-{step}")
-            add(("dcp.save", "restore"), timed_load(lambda: dcp.load({"state": t}, checkpoint_id=path), "dcp.load"))
+            add(("dcp.save", "restore"), timed_load(lambda: dcp.load({key: t}, checkpoint_id=path), "dcp.load"))
         if not ASYNC_MISSING:
             b, e = run_dcp(step, True); add(("dcp.async_save", "blocked"), b); add(("dcp.async_save", "persisted"), e)
         if rank == 0:  # the previous repetition's DCP/torch files: the disk stays at one copy each

@@ -103,6 +103,7 @@ def main(argv):
     model = make_model(a.hidden).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
 
+    os.makedirs(os.path.dirname(os.path.abspath(a.ckpt_dir)), exist_ok=True)  # the Manager creates one level
     ckpt = trainrt.checkpoint.Manager(a.ckpt_dir, keep_last=a.keep_last)
     ckpt.register_state_dict("model.", model.state_dict())   # views of the live weights
     ckpt.register_state_dict("optim.", momentum_buffers(model, opt))
