@@ -29,6 +29,8 @@ def test_world_shape():
     assert n >= 2, f"run with at least 2 ranks, got {n}"
     assert 0 <= r < n and world.local_world_size == n and world.local_rank == r
     assert world.job_id != "single"
+    want = os.environ.get("TRAINRT_HOST_BACKEND", "shm")
+    assert world.backend == want, f"backend {world.backend}, expected {want}"
 
 
 def test_allreduce_numpy_every_op():
