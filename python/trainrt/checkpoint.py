@@ -107,6 +107,12 @@ class Manager:
         # blob name -> [(key, read the live value, write a restored value)]
         self._extras: Dict[str, List[Tuple[str, Callable[[], Any], Callable[[Any], None]]]] = {}
 
+    @property
+    def _native(self) -> "_trainrt.Manager":
+        if self._m is None:
+            raise UsageError("checkpoint: this Manager is closed")
+        return self._m
+
     # ------------------------------------------------------------------ registration
     def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
         """Saves and restores `tensor` in place under `name`. CPU tensors/arrays of any element type
@@ -115,7 +121,7 @@ class Manager:
         (data-parallel weights): restorable at another world size."""
         if not isinstance(name, str):
             raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
-        self._m.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
+        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
         self._tensors[name] = tensor
 
     def register_state_dict(self, prefix: str, state_dict: Mapping[str, Any], replicated: bool = False) -> List[str]:
@@ -195,18 +201,18 @@ class Manager:
     def _register_extras(self, blob: str, extras, replicated: bool) -> None:
         if not extras:
             return
-        self._m.register_blob(blob, bool(replicated))
+        self._native.register_blob(blob, bool(replicated))
         self._extras[blob] = extras
 
     # ------------------------------------------------------------------ save / restore
     def _stage_extras(self) -> None:
         for blob, extras in self._extras.items():
             values = {key: get() for key, get, _ in extras}
-            self._m.set_blob(blob, json.dumps(values, sort_keys=True).encode())
+            self._native.set_blob(blob, json.dumps(values, sort_keys=True).encode())
 
     def _unstage_extras(self) -> None:
         for blob, extras in self._extras.items():
-            raw = self._m.get_blob(blob)
+            raw = self._native.get_blob(blob)
             try:
                 values = json.loads(raw.decode()) if raw else {}
             except ValueError as e:
@@ -240,18 +246,18 @@ class Manager:
         An error of the background write is raised by the next wait(), save() or restore()."""
         md = self._metadata(metadata)
         self._stage_extras()
-        self._m.save(_step(step), md)
+        self._native.save(_step(step), md)
 
     def wait(self) -> Optional[SaveResult]:
         """Blocks (GIL released) until the last save() is committed on every rank and old steps
         are removed; its SaveResult, or None when no save was pending. Raises its error."""
-        r = self._m.wait()
+        r = self._native.wait()
         return None if r is None else SaveResult(**r)
 
     def restore(self) -> int:
         """Loads the newest step every rank can verify into the registered tensors (in place) and
         returns it; -1 when there is none (the tensors untouched)."""
-        step = self._m.restore()
+        step = self._native.restore()
         if step >= 0:
             self._unstage_extras()
         return step
@@ -259,11 +265,11 @@ class Manager:
     @property
     def restored_metadata(self) -> Dict[str, str]:
         """The metadata saved with the step restore() returned ({} before or when none)."""
-        return dict(self._m.restored_metadata)
+        return dict(self._native.restored_metadata)
 
     @property
     def directory(self) -> str:
-        return self._m.directory
+        return self._native.directory
 
     @property
     def world(self):
@@ -282,7 +288,7 @@ class Manager:
         self._stage_extras()
         sys.stdout.flush()
         sys.stderr.flush()
-        self._m.save_and_exit(_step(step), md)
+        self._native.save_and_exit(_step(step), md)
 
     def close(self) -> None:
         """Waits for a save in flight and releases the staging memory and registered tensors."""

@@ -223,6 +223,10 @@ def test_registration_errors_are_typed():
     expect_raises(trainrt.UsageError, m.save, 1, {"k": object()}, contains=("'k'",))
     expect_raises(trainrt.UsageError, checkpoint.Manager, tmpdir(), keep_last=0, contains=("keep_last",))
     expect_raises(trainrt.UsageError, m.register, "dev7", FakeTensor(device_type=7), contains=("device type 7",))
+    closed = checkpoint.Manager(tmpdir())
+    closed.close()
+    closed.close()  # twice is fine
+    expect_raises(trainrt.UsageError, closed.save, 1, contains=("closed",))
     if not trainrt.has_cuda:  # CUDA builds take device tensors (test_cuda.py, on a GPU)
         expect_raises(trainrt.UsageError, m.register, "gpu", FakeTensor(device_type=2), contains=("without CUDA",))
     m.close()
