@@ -4,9 +4,12 @@
 #include <fmt/format.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 #include <span>
 
 #include <unistd.h>
@@ -38,6 +41,39 @@ std::span<const std::uint8_t> span_of(const nb::bytes& b) {
 }
 
 nb::bytes to_bytes(const bootstrap::Blob& b) { return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+// An asynchronous allreduce from Python: the runtime's Work plus the tensor it writes into, kept
+// alive until the collective is done. Dropped unwaited, it waits in its destructor (GIL released):
+// freeing the memory under a running collective is not an option.
+class PyWork {
+ public:
+  PyWork(Work work, View view) : work_(std::move(work)), view_(std::move(view)) {}
+  ~PyWork() {
+    if (waited_) return;
+    nb::gil_scoped_release release;
+    try {
+      work_.wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trainrt: an allreduce_async nobody waited for failed: %s\n", e.what());
+    }
+  }
+  PyWork(const PyWork&) = delete;
+  PyWork& operator=(const PyWork&) = delete;
+
+  void wait() {
+    {
+      nb::gil_scoped_release release;
+      waited_ = true;  // even when it throws: the error is reported once, here
+      work_.wait();
+    }
+  }
+  bool done() const { return work_.test(); }
+
+ private:
+  Work work_;
+  View view_;
+  bool waited_ = false;
+};
 
 }  // namespace
 
@@ -98,6 +134,28 @@ void bind_world(nb::module_& m) {
             w.runtime().host->allreduce(v.data, v.data, v.count, *v.dtype, rop);
           },
           nb::arg("tensor"), nb::arg("op") = "sum")
+      .def(
+          "allreduce_async",
+          [](World& w, nb::handle tensor, const std::string& op) {
+            ReduceOp rop = parse_reduce(op);
+            View v = view(tensor, "allreduce_async's tensor");
+            if (v.on_cuda)
+              throw UsageError("allreduce_async takes CPU tensors; reduce CUDA tensors with torch.distributed (NCCL)",
+                               "allreduce_async");
+            if (!v.dtype)
+              throw UsageError(fmt::format("element type {} is not reducible: use float32, float64, float16, bfloat16, "
+                                           "int32 or int64",
+                                           v.dtype_name),
+                               "allreduce_async");
+            Work work;  // a zero-size tensor: done at once
+            if (v.count != 0) {
+              nb::gil_scoped_release release;
+              std::lock_guard lock(w.collective_mutex());  // issue order = call order
+              work = w.runtime().host->allreduce_async(v.data, v.data, v.count, *v.dtype, rop);
+            }
+            return std::make_unique<PyWork>(std::move(work), std::move(v));
+          },
+          nb::arg("tensor"), nb::arg("op") = "sum", nb::keep_alive<0, 1>())  // the world outlives its Work
       .def("barrier",
            [](World& w) {
              nb::gil_scoped_release release;
@@ -159,6 +217,10 @@ void bind_world(nb::module_& m) {
             return to_bytes(out);
           },
           nb::arg("owner"), nb::arg("key"));
+
+  nb::class_<PyWork>(m, "Work", "An allreduce_async in flight: wait() before touching its tensor.")
+      .def("wait", &PyWork::wait, "Blocks (GIL released) until done; raises the collective's error.")
+      .def("done", &PyWork::done, "True once finished (successfully or not: wait() tells).");
 
   // For tests and debugging: the address the runtime would read and write for `tensor`.
   m.def("_data_ptr", [](nb::handle tensor) { return reinterpret_cast<std::uintptr_t>(view(tensor, "tensor").data); });

@@ -95,6 +95,13 @@ class World:
         self._w.allreduce(_as_dlpack_ready(tensor), op)
         return tensor
 
+    def allreduce_async(self, tensor: Any, op: str = "sum") -> "_trainrt.Work":
+        """allreduce, started and returned at once: a Work whose wait() (GIL released) returns
+        when the tensor holds the result, or raises the collective's error; done() polls. Do not
+        touch the tensor before wait(). Collectives run in call order, blocking ones included.
+        A Work dropped unwaited waits in its destructor (its error then only goes to stderr)."""
+        return self._w.allreduce_async(_as_dlpack_ready(tensor), op)
+
     def barrier(self) -> None:
         """Returns once every rank has entered it. Releases the GIL."""
         self._w.barrier()

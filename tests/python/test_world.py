@@ -81,6 +81,17 @@ def test_allreduce_errors_are_typed():
     assert issubclass(trainrt.Error, RuntimeError)
 
 
+def test_allreduce_async_one_process():
+    a = np.arange(100, dtype=np.int64)
+    w = world.allreduce_async(a, "sum")
+    w.wait()
+    assert w.done() and (a == np.arange(100)).all()
+    empty = world.allreduce_async(np.zeros(0, dtype=np.float32))
+    assert empty.done()
+    empty.wait()
+    expect_raises(trainrt.UsageError, world.allreduce_async, np.zeros(3, dtype=np.uint8), contains=("uint8",))
+
+
 def test_bytes_exchange():
     assert world.broadcast_bytes(b"hello", root=0) == b"hello"
     assert world.allgather_bytes(b"\x00\x01" * 1000) == [b"\x00\x01" * 1000]

@@ -63,6 +63,28 @@ def test_allreduce_torch():
     assert torch.equal(p.detach(), torch.full((5,), float(n * (n - 1) // 2)))
 
 
+def test_allreduce_async_in_call_order():
+    bufs = [np.full(1 << (10 + i), float(r + i), dtype=np.float32) for i in range(6)]
+    works = [world.allreduce_async(b, "sum") for b in bufs]
+    blocking = np.full(7, float(r), dtype=np.float64)
+    world.allreduce(blocking, "max")  # after every async one, in order
+    assert (blocking == n - 1).all()
+    for i, (b, w) in enumerate(zip(bufs, works)):
+        w.wait()
+        assert w.done()
+        want = sum(k + i for k in range(n))
+        assert (b == want).all(), (i, b[:3], want)
+    # Dropped unwaited: its destructor waits, so the buffer is complete afterwards.
+    b = np.ones(1 << 16, dtype=np.float32)
+    world.allreduce_async(b)
+    assert (b == n).all()
+    try:
+        world.allreduce_async(b, "prod")
+        raise AssertionError("no UsageError for op prod")
+    except trainrt.UsageError:
+        pass
+
+
 def test_bytes_of_different_sizes():
     mine = bytes([r]) * (r * 1000 + 1)
     got = world.allgather_bytes(mine)
