@@ -4,7 +4,8 @@
 # the node that differs. Each node is given its topology file by its Slurm node name: the same real
 # JUWELS Booster file on both agrees (exit 0); the other JUWELS box, whose HDR NICs are named in
 # another order, on trt-n2 is named (exit 1). Also: both nodes live, several tasks per node, and
-# without a PMIx server (refused, never a silent pass).
+# without a PMIx server (refused, never a silent pass). Then, on one node claiming the turin server,
+# the NCCL_TOPO_FILE that the digested cache carries (plugstack topology_cache=, nccl_topo=always).
 # Usage: rail_check.sh BUILD_DIR SHARED_TOPOLOGIES_DIR. Exit 77 (skipped) when not root or without
 # the JUWELS files.
 set -uo pipefail
@@ -54,6 +55,31 @@ out=$(crun srun -N 2 --ntasks-per-node=1 --mpi=none bash -c "$per_node" 2>&1); r
 if [[ $rc -eq 2 && $out == *"no PMIx server"* && $out != *"rail check:"* ]]; then
   pass "without --mpi=pmix: refused (exit 2), never a one-node pass"
 else fail "no PMIx (rc=$rc)" "$out"; fi
+
+# ------------------------------------------- the digested cache's NCCL_TOPO_FILE (same issue)
+# One node claiming the turin server, its cache and NCCL file at a private path (plugstack
+# topology_cache=), nccl_topo=always: the file is exported, a user's own is kept, an edited one is not.
+turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
+if [[ -f $turin ]]; then
+  bash "$cluster" stop >/dev/null 2>&1
+  mkdir -m 755 "$work/c"
+  cache=$work/c/topology.cache
+  "$topo" --xml "$turin" --write-cache "$cache" >/dev/null
+  bash "$cluster" start --mode xml --xml "$turin" --plugin-args "topology_cache=$cache nccl_topo=always" \
+    >/dev/null 2>"$work/start-xml.log" || { cat "$work/start-xml.log"; exit 1; }
+  show='echo "T=${NCCL_TOPO_FILE:-}"'
+  out=$(crun srun -n 1 --gpus-per-task=1 --train-runtime bash -c "$show" 2>&1)
+  if [[ $out == *"T=$work/c/topology.nccl.xml"* ]]; then pass "nccl_topo=always: NCCL_TOPO_FILE is the file beside the cache"
+  else fail "NCCL_TOPO_FILE exported" "$out"; fi
+  out=$(NCCL_TOPO_FILE=/home/me/topo.xml crun srun -n 1 --gpus-per-task=1 --train-runtime=env=override bash -c "$show" 2>&1)
+  if [[ $out == *"T=/home/me/topo.xml"* ]]; then pass "a user's own NCCL_TOPO_FILE is kept, even with env=override"
+  else fail "user's NCCL_TOPO_FILE kept" "$out"; fi
+  echo "<!-- edited -->" >> "$work/c/topology.nccl.xml"
+  out=$(crun srun -n 1 --gpus-per-task=1 --train-runtime=show bash -c "$show" 2>&1)
+  if [[ $out == *"T="$'\n'* || $out == *"T=" ]] && [[ $out == *"no NCCL_TOPO_FILE"*"stale"* ]]; then
+    pass "an edited NCCL file is not exported, and show says why"
+  else fail "edited NCCL file" "$out"; fi
+fi
 
 echo "rail_check: $passed passed, $failed failed"
 exit $((failed > 0))
