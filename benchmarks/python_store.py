@@ -12,7 +12,8 @@ torch (and trainrt) first, untimed, then waits at a file barrier in /dev/shm unt
 imported; the clock starts when the barrier opens. World-ready: from the earliest rank leaving the
 barrier until the last rank has finished init_process_group and a first one-element allreduce
 (trainrt's includes trainrt.init(), its PMIx connection). Methods alternate A B A B per size;
-the median over --reps is printed. Sizes stop once --budget seconds are spent.
+the median over --reps is printed (a start that failed is shown as
+"failed" with its error and left out of the median). Sizes stop once --budget seconds are spent.
 """
 import argparse
 import os
@@ -102,13 +103,20 @@ def main():
         if time.monotonic() - start > a.budget:
             print(f"# stopped before {n} ranks: the {a.budget:.0f} s budget is spent")
             break
-        ours, env = [], []
+        runs = {"trainrt": [], "env": []}
         for _ in range(a.reps):
-            ours.append(launch("trainrt", n, pythonpath, 600) * 1e3)
-            env.append(launch("env", n, pythonpath, 600) * 1e3)
-        mo, me = statistics.median(ours), statistics.median(env)
-        print(f"{n:>6}{mo:>12.1f}{me:>11.1f}{me / mo:>7.2f}x   {' '.join(f'{x:.0f}' for x in ours)} / "
-              f"{' '.join(f'{x:.0f}' for x in env)}", flush=True)
+            for method in runs:
+                try:
+                    runs[method].append(launch(method, n, pythonpath, 600) * 1e3)
+                except RuntimeError as e:  # counted and shown, not hidden: a failed start is a result
+                    runs[method].append(None)
+                    last = [l for l in str(e).splitlines() if "Error" in l][-1:] or str(e).splitlines()[:1]
+                    print(f"# {str(e).splitlines()[0]}: {last[0].strip()[:200]}", flush=True)
+        ok = {m: [x for x in v if x is not None] for m, v in runs.items()}
+        med = {m: statistics.median(v) if v else float("nan") for m, v in ok.items()}
+        show = lambda v: " ".join("failed" if x is None else f"{x:.0f}" for x in v)
+        print(f"{n:>6}{med['trainrt']:>12.1f}{med['env']:>11.1f}{med['env'] / med['trainrt']:>7.2f}x   "
+              f"{show(runs['trainrt'])} / {show(runs['env'])}", flush=True)
     print(f"# total {time.monotonic() - start:.0f} s; ratio > 1: trainrt ready sooner")
     return 0
 
