@@ -7,8 +7,8 @@
 - The process group comes from trainrt.torch.init_process_group (gloo on CPU, nccl on GPUs): rank,
   world size and the rendezvous travel through the PMIx session srun --mpi=pmix starts.
 - Model and optimizer state (SGD with momentum) are registered once with trainrt.checkpoint.Manager
-  (zero-copy views of the live tensors); save() returns once they are staged and the write goes on
-  in the background. A rerun resumes from the newest step every rank can verify.
+  (zero-copy views of the live tensors: register_state_dict, register_optimizer); save() returns
+  once they are staged and the write goes on in the background. A rerun resumes from the newest step every rank can verify.
 - Deterministic: the batch of step s on rank r depends only on (seed, s, r), the weights on the
   seed, and gradients are averaged in a fixed order, so a run killed and resumed ends bitwise where
   an uninterrupted run ends (--dump-params writes the final weights for that comparison).
@@ -68,16 +68,6 @@ def make_batch(seed, step, rank, n, device):
     return x.to(device), y.to(device)
 
 
-def momentum_buffers(model, opt):
-    """SGD creates its momentum buffers lazily at the first step; create them now (zeros: the
-    first update is then the same as with a fresh buffer) so they can be registered before it."""
-    state = {}
-    for i, p in enumerate(model.parameters()):
-        buf = opt.state[p].setdefault("momentum_buffer", torch.zeros_like(p, memory_format=torch.preserve_format))
-        state[f"{i}.momentum_buffer"] = buf
-    return state
-
-
 def params_digest(model):
     h = hashlib.sha256()
     for t in model.state_dict().values():
@@ -105,8 +95,11 @@ def main(argv):
 
     os.makedirs(os.path.dirname(os.path.abspath(a.ckpt_dir)), exist_ok=True)  # the Manager creates one level
     ckpt = trainrt.checkpoint.Manager(a.ckpt_dir, keep_last=a.keep_last)
-    ckpt.register_state_dict("model.", model.state_dict())   # views of the live weights
-    ckpt.register_state_dict("optim.", momentum_buffers(model, opt))
+    # Views of the live tensors, the same on every rank (replicated: restorable at another world
+    # size). register_optimizer creates SGD's momentum buffers now (torch makes them at the first
+    # step) and restores them and the hyper-parameters in place.
+    ckpt.register_state_dict("model.", model.state_dict(), replicated=True)
+    ckpt.register_optimizer("optim.", opt, replicated=True)
     done = ckpt.restore()
     if done >= 0:
         say(f"restored step {done} (loss then {ckpt.restored_metadata.get('loss', '?')})")
