@@ -8,7 +8,8 @@
   world size and the rendezvous travel through the PMIx session srun --mpi=pmix starts.
 - Model and optimizer state (SGD with momentum) are registered once with trainrt.checkpoint.Manager
   (zero-copy views of the live tensors: register_state_dict, register_optimizer); save() returns
-  once they are staged and the write goes on in the background. A rerun resumes from the newest step every rank can verify.
+  once they are staged and the write goes on in the background. A rerun resumes from the newest
+  step every rank can verify.
 - Deterministic: the batch of step s on rank r depends only on (seed, s, r), the weights on the
   seed, and gradients are averaged in a fixed order, so a run killed and resumed ends bitwise where
   an uninterrupted run ends (--dump-params writes the final weights for that comparison).
