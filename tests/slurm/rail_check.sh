@@ -59,8 +59,9 @@ else fail "no PMIx (rc=$rc)" "$out"; fi
 # ------------------------------------------- the digested cache's NCCL_TOPO_FILE (same issue)
 # One node claiming the turin server, its cache and NCCL file at a private path (plugstack
 # topology_cache=), nccl_topo=always: the file is exported, a user's own is kept, an edited one is not.
-turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
-if [[ -f $turin ]]; then
+# The cache names its source by path, and cluster.sh hands the plugin the file's canonical path.
+turin=$(realpath -e "$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml" 2>/dev/null)
+if [[ -n $turin ]]; then
   bash "$cluster" stop >/dev/null 2>&1
   mkdir -m 755 "$work/c"
   cache=$work/c/topology.cache
