@@ -50,6 +50,8 @@ bash "$cluster" start --mode live >/dev/null 2>&1
 measure "live hwloc, srun -n 8 true" srun -n 8 -O true -- srun -n 8 -O --train-runtime=policy=numa true
 "$topo" --write-cache "$cache" >/dev/null
 measure "live, digested cache, srun -n 8 true" srun -n 8 -O true -- srun -n 8 -O --train-runtime=policy=numa true
+# The same without binding: what the 8 tasks on the one allocated core cost beyond the plugin's work.
+measure "live, digested cache, -n 8, bind=off" srun -n 8 -O true -- srun -n 8 -O --train-runtime=policy=numa,bind=off true
 measure "live, digested cache, srun -n 2 true" srun -n 2 true -- srun -n 2 --train-runtime=policy=numa true
 drop_cache
 measure "live hwloc, srun -n 2 true" srun -n 2 true -- srun -n 2 --train-runtime=policy=numa true
