@@ -35,6 +35,13 @@ def run(namespace, only=None):
     print(f"[rank {rank}] all {len(names)} passed", flush=True)
 
 
+def require_mpirun():
+    """The multi-process scripts run only under mpirun (a PMIx server); anywhere else they skip."""
+    if "PMIX_RANK" not in os.environ:
+        print("SKIPPED: run under mpirun (PMIX_RANK is not set)", flush=True)
+        sys.exit(77)
+
+
 def expect_raises(exc_type, fn, *args, contains=(), **kw):
     """Calls fn; it must raise exc_type whose message holds every string of `contains`."""
     try:

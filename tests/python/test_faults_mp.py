@@ -6,9 +6,10 @@ import os
 import sys
 import time
 
-if "PMIX_RANK" not in os.environ:
-    print("SKIPPED: run under mpirun (PMIX_RANK is not set)")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import require_mpirun  # noqa: E402
+
+require_mpirun()
 
 import numpy as np  # noqa: E402
 

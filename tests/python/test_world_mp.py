@@ -6,11 +6,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import Skip, run  # noqa: E402
+from _harness import Skip, require_mpirun, run  # noqa: E402
 
-if "PMIX_RANK" not in os.environ:
-    print("SKIPPED: run under mpirun (PMIX_RANK is not set)")
-    sys.exit(77)
+require_mpirun()
 
 import numpy as np  # noqa: E402
 
