@@ -6,7 +6,9 @@ library the linker was given (link lines, -lNAME resolved the way the compiler r
 mapped to its Debian package with `dpkg -S`. A package is accounted for when the install script
 names it or when a named package depends on it (Depends/Pre-Depends, transitively: what apt-get
 brings along). Files no package owns are accepted only from the machine's CUDA toolkit
-(/usr/local/cuda*), which a machine of this kind carries and no Debian package provides.
+(/usr/local/cuda*), which a machine of this kind carries and no Debian package provides, and from
+the PyPI distributions scripts/python-env.sh pins into the project's venv (a file counts when that
+distribution's RECORD lists it, in the venv the script makes).
 
 Usage: check-deps.py [BUILD_DIR] [--drop PKG ...]
   --drop PKG   pretend the install script does not name PKG (to prove the check notices)
@@ -22,6 +24,26 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MACHINE_PREFIXES = ("/usr/local/cuda",)  # the CUDA toolkit: part of the machine, not a package
+
+
+def pinned_pypi_files():
+    """Every file the PyPI distributions pinned by scripts/python-env.sh installed into its venv."""
+    script = open(os.path.join(HERE, "python-env.sh"), encoding="utf-8").read()
+    m = re.search(r"^pins=\(([^)]*)\)", script, re.M)
+    pins = dict(p.split("==", 1) for p in (m.group(1).split() if m else []) if "==" in p)
+    venv = os.environ.get("TRAINRT_PYENV", "/opt/train-runtime/pyenv")
+    files = set()
+    for site in sorted(__import__("glob").glob(os.path.join(venv, "lib", "python3*", "site-packages"))):
+        for name, version in pins.items():
+            record = os.path.join(site, f"{name.replace('-', '_')}-{version}.dist-info", "RECORD")
+            if not os.path.isfile(record):
+                continue
+            with open(record, encoding="utf-8", errors="replace") as r:
+                for line in r:
+                    rel = line.split(",", 1)[0]
+                    if rel:
+                        files.add(os.path.normpath(os.path.join(site, rel)))
+    return files
 
 
 def fail_input(msg):
@@ -167,10 +189,11 @@ def main():
     named = named_packages(set(a.drop))
     allowed = installed_dependency_closure(named)
     missing, orphans = {}, []
+    pypi = pinned_pypi_files()
     for f in sorted(files):
         pkgs = own.get(f)
         if not pkgs:
-            if not f.startswith(MACHINE_PREFIXES):
+            if not f.startswith(MACHINE_PREFIXES) and f not in pypi:
                 orphans.append(f)
             continue
         if not pkgs & allowed:
@@ -182,7 +205,8 @@ def main():
     for p, f in sorted(missing.items()):
         print(f"check-deps: MISSING {p}: the build used {f}, but scripts/install-deps.sh does not install {p}")
     for f in orphans:
-        print(f"check-deps: UNKNOWN {f}: no Debian package owns it and it is not part of the CUDA toolkit")
+        print(f"check-deps: UNKNOWN {f}: no Debian package owns it, it is not part of the CUDA toolkit, "
+              f"and no distribution pinned by scripts/python-env.sh installed it")
     if missing or orphans:
         sys.exit(1)
     print("check-deps: OK, a fresh machine gets every package this build used")
