@@ -40,13 +40,13 @@ class StoreError(RuntimeError):
     """The session store could not be created or reached; the message names host:port."""
 
 
-def _ipv4_of(ifname: str) -> str:
+def _ipv4_of(ifname: str, var: str = "TRAINRT_IFNAME") -> str:
     """IPv4 address of a network interface (SIOCGIFADDR), the way Gloo and NCCL pick theirs."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
         except OSError as e:
-            raise StoreError(f"trainrt.torch: interface {ifname!r} (TRAINRT_IFNAME) has no IPv4 address: {e}") from None
+            raise StoreError(f"trainrt.torch: interface {ifname!r} ({var}) has no IPv4 address: {e}") from None
     return socket.inet_ntoa(packed[20:24])
 
 
@@ -55,9 +55,11 @@ def _advertised_host(w) -> str:
     if w.local_world_size == w.world_size:
         return "127.0.0.1"  # one node: loopback, whatever the hostname resolves to
     for var in ("TRAINRT_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        name = os.environ.get(var, "").split(",")[0].lstrip("^=")
+        value = os.environ.get(var, "")
+        # "^a,b" is NCCL's and Gloo's exclusion list: it names no interface to advertise.
+        name = "" if value.startswith("^") else value.split(",")[0].lstrip("=")
         if name:
-            return _ipv4_of(name)
+            return _ipv4_of(name, var)
     if os.environ.get("MASTER_ADDR"):  # the plugin's resolution of the step's first node (numeric)
         return os.environ["MASTER_ADDR"]
     try:

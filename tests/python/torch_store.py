@@ -93,6 +93,18 @@ def main():
         check(False, "an interface that does not exist gave an address")
     except tt.StoreError as e:
         check("trainrt-no-such-if0" in str(e), f"bad interface message: {e}")
+    # An exclusion list ("^docker0,lo", NCCL's and Gloo's syntax) names no interface to advertise:
+    # the address falls through to MASTER_ADDR instead of the excluded interface's.
+    import types
+    saved = {k: os.environ.pop(k, None) for k in ("TRAINRT_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR")}
+    os.environ.update(NCCL_SOCKET_IFNAME="^docker0,lo", MASTER_ADDR="192.0.2.7")
+    host = tt._advertised_host(types.SimpleNamespace(local_world_size=1, world_size=2))
+    check(host == "192.0.2.7", f"an exclusion list was taken for an interface: advertised {host!r}")
+    del os.environ["NCCL_SOCKET_IFNAME"]
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
     print(f"TORCH-STORE-OK rank {rank} of {n} store {store.address}", flush=True)
     return 0
 
