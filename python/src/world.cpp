@@ -75,6 +75,18 @@ class PyWork {
   bool waited_ = false;
 };
 
+// The tensor of an allreduce: a CPU tensor of a type the host communicator reduces.
+View reducible_view(nb::handle tensor, const std::string& call) {
+  View v = view(tensor, call + "'s tensor");
+  if (v.on_cuda)
+    throw UsageError(fmt::format("{} takes CPU tensors; reduce CUDA tensors with torch.distributed (NCCL)", call), call);
+  if (!v.dtype)
+    throw UsageError(fmt::format("element type {} is not reducible: use float32, float64, float16, bfloat16, int32 or int64",
+                                 v.dtype_name),
+                     call);
+  return v;
+}
+
 }  // namespace
 
 World::World(double timeout_seconds, bool quiet, const std::string& nccl) : owner_pid_(::getpid()) {
@@ -119,15 +131,7 @@ void bind_world(nb::module_& m) {
           "allreduce",
           [](World& w, nb::handle tensor, const std::string& op) {
             ReduceOp rop = parse_reduce(op);
-            View v = view(tensor, "allreduce's tensor");
-            if (v.on_cuda)
-              throw UsageError("allreduce takes CPU tensors; reduce CUDA tensors with torch.distributed (NCCL)",
-                               "allreduce");
-            if (!v.dtype)
-              throw UsageError(fmt::format("element type {} is not reducible: use float32, float64, float16, bfloat16, "
-                                           "int32 or int64",
-                                           v.dtype_name),
-                               "allreduce");
+            View v = reducible_view(tensor, "allreduce");
             if (v.count == 0) return;  // nothing to reduce; every rank sees the same shape
             nb::gil_scoped_release release;
             std::lock_guard lock(w.collective_mutex());
@@ -138,15 +142,7 @@ void bind_world(nb::module_& m) {
           "allreduce_async",
           [](World& w, nb::handle tensor, const std::string& op) {
             ReduceOp rop = parse_reduce(op);
-            View v = view(tensor, "allreduce_async's tensor");
-            if (v.on_cuda)
-              throw UsageError("allreduce_async takes CPU tensors; reduce CUDA tensors with torch.distributed (NCCL)",
-                               "allreduce_async");
-            if (!v.dtype)
-              throw UsageError(fmt::format("element type {} is not reducible: use float32, float64, float16, bfloat16, "
-                                           "int32 or int64",
-                                           v.dtype_name),
-                               "allreduce_async");
+            View v = reducible_view(tensor, "allreduce_async");
             Work work;  // a zero-size tensor: done at once
             if (v.count != 0) {
               nb::gil_scoped_release release;
