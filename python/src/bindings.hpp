@@ -16,6 +16,12 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+#ifdef TRAINRT_PY_HAVE_CUDA
+inline constexpr bool kHaveCuda = true;  // built with the CUDA part: device tensors can be registered
+#else
+inline constexpr bool kHaveCuda = false;
+#endif
+
 void bind_world(nanobind::module_& m);
 void bind_checkpoint(nanobind::module_& m);
 

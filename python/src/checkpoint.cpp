@@ -97,7 +97,7 @@ class PyManager {
 
   void register_tensor(const std::string& name, nb::handle tensor, bool replicated) {
     View v = view(tensor, fmt::format("tensor '{}'", name));
-    if (v.on_cuda && !has_cuda())
+    if (v.on_cuda && !kHaveCuda)
       throw UsageError(fmt::format("tensor '{}' is on CUDA device {}, and this trainrt was built without CUDA "
                                    "(rebuild with the CUDA toolkit present, or register a CPU copy)",
                                    name, v.device_id),
@@ -210,13 +210,6 @@ class PyManager {
     std::vector<std::uint8_t> blob;
   };
 
-  static bool has_cuda() {
-#ifdef TRAINRT_PY_HAVE_CUDA
-    return true;
-#else
-    return false;
-#endif
-  }
 
   std::vector<std::uint8_t>& blob(const std::string& name) {
     auto it = blobs_.find(name);

@@ -73,11 +73,7 @@ NB_MODULE(_trainrt, m) {
     }
   });
 
-#ifdef TRAINRT_PY_HAVE_CUDA
-  m.attr("has_cuda") = true;
-#else
-  m.attr("has_cuda") = false;
-#endif
+  m.attr("has_cuda") = trainrt::py::kHaveCuda;
   m.attr("__version__") = TRAINRT_PY_VERSION;
 
   trainrt::py::bind_world(m);

@@ -28,12 +28,13 @@ DeviceComm parse_nccl(const std::string& s) {
   throw UsageError(fmt::format("nccl='{}': valid values are 'off', 'auto', 'required'", s), "trainrt.init");
 }
 
+// The runtime's parse_op, its error a UsageError in Python's terms (op=...).
 ReduceOp parse_reduce(const std::string& s) {
-  if (s == "sum") return ReduceOp::Sum;
-  if (s == "avg") return ReduceOp::Avg;
-  if (s == "min") return ReduceOp::Min;
-  if (s == "max") return ReduceOp::Max;
-  throw UsageError(fmt::format("op='{}': valid values are 'sum', 'avg', 'min', 'max'", s), "allreduce");
+  try {
+    return parse_op(s);
+  } catch (const Error&) {
+    throw UsageError(fmt::format("op='{}': valid values are 'sum', 'avg', 'min', 'max'", s), "allreduce");
+  }
 }
 
 std::span<const std::uint8_t> span_of(const nb::bytes& b) {
