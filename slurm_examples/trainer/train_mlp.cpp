@@ -227,8 +227,7 @@ class Trainer {
         persist < 0 ? std::string("null") : fmt::format("{:.6f}", persist), loss));
     monitor_.record_step(step_s, comm_s, samples_per_s, busbw, stall, persist);
     if (rank_ == 0 && (step % 20 == 0 || step == o_.steps))
-      fmt::print("step {:5}  loss {:.5f}  {:.0f} samples/s  allreduce {:.1f} us\n", step, loss, s.rows * world_ / step_s,
-                 comm_s * 1e6);
+      fmt::print("step {:5}  loss {:.5f}  {:.0f} samples/s  allreduce {:.1f} us\n", step, loss, samples_per_s, comm_s * 1e6);
   }
 
   const Options& o_;

@@ -37,9 +37,15 @@ constexpr std::pair<const char*, LauncherMode> kLauncher[] = {
     {"auto", LauncherMode::Auto}, {"on", LauncherMode::On}, {"off", LauncherMode::Off}};
 
 template <class E, std::size_t N>
-E choose(const std::pair<const char*, E> (&table)[N], std::string_view key, std::string_view value) {
+const E* find_value(const std::pair<const char*, E> (&table)[N], std::string_view value) {
   for (const auto& [text, v] : table)
-    if (value == text) return v;
+    if (value == text) return &v;
+  return nullptr;
+}
+
+template <class E, std::size_t N>
+E choose(const std::pair<const char*, E> (&table)[N], std::string_view key, std::string_view value) {
+  if (const E* v = find_value(table, value)) return *v;
   reject(fmt::format("unknown {} '{}'", key, printable(value)));
 }
 
@@ -225,10 +231,9 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
         c.topology_cache = value;
       }
     } else if (key == "nccl_topo") {
-      bool found = false;
-      for (const auto& [text, v] : kNcclTopo)
-        if (value == text) c.nccl_topo = v, found = true;
-      if (!found) throw bad(key, value);
+      const NcclTopo* v = find_value(kNcclTopo, value);
+      if (!v) throw bad(key, value);
+      c.nccl_topo = *v;
     } else if (key == "nic_include") {
       for (auto part : split(value, ','))
         if (!part.empty()) c.nic_include.emplace_back(part);

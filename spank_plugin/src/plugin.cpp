@@ -242,8 +242,9 @@ void apply_binding(const FinalTask& t) {
   if (rc != 0) throw trainrt::Error(fmt::format("set_mempolicy(NUMA {}) failed", fmt::join(t.mems, ",")));
 }
 
-// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when). The VM test and the file's
-// check run only when they decide something, so bare-metal steps in auto mode pay nothing.
+// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when). The file's check runs only
+// when it decides something; in auto mode every step reads the VM test's few small files, which
+// is how it tells bare metal, where nothing more is read.
 void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan& plan) {
   const AdminConfig& admin = state().admin;
   if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return;
