@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "fd.hpp"
+#include "mapping.hpp"
 #include "host_communicator.hpp"
 #include "trainrt/cpu_relax.hpp"
 #include "trainrt/error.hpp"

@@ -1,7 +1,6 @@
 #include "launch_net.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -15,6 +14,7 @@
 #include <memory>
 
 #include "trainrt/error.hpp"
+#include "trainrt/small_file.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
@@ -23,18 +23,6 @@ namespace {
 constexpr unsigned kBandWidth = 12768;     // 20000..32767 with Linux's default ephemeral range
 constexpr std::size_t kMaxProcFile = 16384;
 constexpr std::size_t kMaxReservedRanges = 4096;
-
-// A small /proc file, read without following anything odd: at most kMaxProcFile bytes.
-bool read_small(const std::string& path, std::string& out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return false;
-  out.assign(kMaxProcFile, '\0');
-  ssize_t n = ::read(fd, out.data(), out.size());
-  ::close(fd);
-  if (n < 0) return false;
-  out.resize(static_cast<std::size_t>(n));
-  return true;
-}
 
 unsigned parse_port(std::string_view text, std::string_view what) {
   unsigned v = 0;
@@ -127,10 +115,11 @@ PortBand port_band_from(const std::string& port_range_text, const std::string& r
 }
 
 PortBand read_port_band(const std::string& proc_root) {
-  std::string range, reserved;
   const std::string dir = proc_root + "/sys/net/ipv4/";
-  if (!read_small(dir + "ip_local_port_range", range)) range.clear();
-  if (!read_small(dir + "ip_local_reserved_ports", reserved)) reserved.clear();
+  auto read = [&](const char* name) {
+    return read_small_file(dir + name, kMaxProcFile, LastLink::refuse).value_or(std::string());
+  };
+  const std::string range = read("ip_local_port_range"), reserved = read("ip_local_reserved_ports");
   try {
     return port_band_from(range, reserved);
   } catch (const Error& e) {

@@ -1,10 +1,8 @@
 #include "nccl_topo.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
+#include "trainrt/small_file.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
@@ -12,20 +10,9 @@ namespace {
 
 bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
 
-// At most `max` bytes of a procfs/sysfs file, "" when it cannot be read.
+// At most `max` bytes of a procfs/sysfs file, "" when it cannot be read. The DMI entries are links.
 std::string read_start(const char* path, std::size_t max) {
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return {};
-  std::string out(max, '\0');
-  std::size_t got = 0;
-  while (got < max) {
-    ssize_t n = ::read(fd, out.data() + got, max - got);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  out.resize(got);
-  return out;
+  return read_small_file(path, max, LastLink::follow).value_or(std::string());
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // The topology cache's files and staleness: what a step checks before trusting the cached Node,
 // and the fallback to a real load when it must not.
 #include <dirent.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <hwloc.h>
 #include <sys/stat.h>
@@ -16,6 +15,7 @@
 
 #include "file_checks.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/small_file.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/render.hpp"
@@ -37,14 +37,10 @@ class Dir {
   DIR* d_;
 };
 
-// A small sysfs/procfs text (a boot id, a port state), or "" when it cannot be read.
+// A small sysfs/procfs text (a boot id, a port state; sysfs device entries are links), or "" when
+// it cannot be read.
 std::string read_small(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return {};
-  char buf[128];
-  ssize_t n = ::read(fd.get(), buf, sizeof buf);
-  if (n <= 0) return {};
-  std::string s(buf, static_cast<std::size_t>(n));
+  std::string s = read_small_file(path, 128, LastLink::follow).value_or(std::string());
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }

@@ -10,23 +10,9 @@
 #include <string>
 #include <utility>
 
+#include "trainrt/fd.hpp"
+
 namespace trainrt::topo {
-
-// An owned file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 // The one place files are opened and read for topology work: a regular file opened without
 // blocking (a FIFO cannot hang a step), at most `max_bytes`, read whole through the descriptor

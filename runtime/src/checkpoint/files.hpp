@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../fd.hpp"
+#include "trainrt/fd.hpp"
 
 namespace trainrt::checkpoint {
 

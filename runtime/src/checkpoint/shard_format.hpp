@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../fd.hpp"
+#include "trainrt/fd.hpp"
 #include "files.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
