@@ -1,0 +1,72 @@
+// read_small_file: the shared reader of procfs/sysfs files (plugin's port band and VM test,
+// topology cache's staleness stamp).
+#define CATCH_CONFIG_MAIN
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "trainrt/small_file.hpp"
+
+using trainrt::LastLink;
+using trainrt::read_small_file;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/trainrt-small-file-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(path + "/" + name) << text;
+    return path + "/" + name;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a small file is read whole, a long one up to the cap") {
+  TempDir dir;
+  const std::string file = dir.write("range", "32768\t60999\n");
+  CHECK(read_small_file(file, 64, LastLink::refuse) == "32768\t60999\n");
+  CHECK(read_small_file(file, 5, LastLink::refuse) == "32768");
+  CHECK(read_small_file(dir.write("empty", ""), 64, LastLink::refuse) == "");
+  CHECK_FALSE(read_small_file(dir.path + "/absent", 64, LastLink::follow).has_value());
+}
+
+TEST_CASE("a link is followed only when the caller says sysfs answers through links") {
+  TempDir dir;
+  const std::string target = dir.write("vendor", "QEMU\n");
+  REQUIRE(::symlink(target.c_str(), (dir.path + "/link").c_str()) == 0);
+  CHECK(read_small_file(dir.path + "/link", 64, LastLink::follow) == "QEMU\n");
+  CHECK_FALSE(read_small_file(dir.path + "/link", 64, LastLink::refuse).has_value());
+}
+
+TEST_CASE("a FIFO in a file's place does not hang the reader") {
+  TempDir dir;
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Opened non-blocking with no writer: read() returns 0 at once, so the answer is empty.
+  CHECK(read_small_file(fifo, 64, LastLink::refuse) == "");
+}
+
+TEST_CASE("procfs files come back as the kernel writes them") {
+  const auto boot_id = read_small_file("/proc/sys/kernel/random/boot_id", 128, LastLink::refuse);
+  REQUIRE(boot_id.has_value());
+  CHECK(boot_id->size() == 37);  // a UUID and its newline
+  // /proc/self is a link: refused unless followed.
+  CHECK_FALSE(read_small_file("/proc/self", 16, LastLink::refuse).has_value());
+  const auto cpuinfo = read_small_file("/proc/cpuinfo", 1 << 20, LastLink::refuse);
+  REQUIRE(cpuinfo.has_value());
+  std::ifstream in("/proc/cpuinfo");
+  const std::string whole{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  CHECK(*cpuinfo == whole);  // on a many-core node procfs hands it over a page per read
+}
