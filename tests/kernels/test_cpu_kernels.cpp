@@ -2,6 +2,7 @@
 // bitwise: pack/unpack, the scaled casts and the block checksums. (Norm and AdamW:
 // test_cpu_norm_adamw.cpp.) The references round at every step where the CUDA code rounds.
 #define CATCH_CONFIG_MAIN
+#include <bit>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -48,12 +49,12 @@ double decode(std::uint16_t h, Format f) {
   return neg ? -v : v;
 }
 
-// Round a float to the format, ties to even, and encode it. NaN: the sign kept, a quiet NaN.
+// Round a float to the format, ties to even, and encode it. NaN: CUDA's canonical 0x7fff.
 std::uint16_t encode_rne(float x, Format f) {
   const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const int emax_field = (1 << f.exp_bits) - 1;
   const std::uint16_t inf = static_cast<std::uint16_t>(sign | (emax_field << f.mantissa_bits));
-  if (std::isnan(x)) return static_cast<std::uint16_t>(inf | (1 << (f.mantissa_bits - 1)));
+  if (std::isnan(x)) return 0x7fff;
   const double a = std::fabs(static_cast<double>(x));
   if (std::isinf(a)) return inf;
   if (a == 0) return sign;
@@ -92,6 +93,10 @@ std::vector<float> cast_inputs(Format f) {
   for (float x : {0.f, -0.f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max(), 65520.f, 65519.99f})
     xs.push_back(x);
+  // NaNs as x86 makes them (negative default NaN, payloads, signalling): all must encode as the GPU's
+  // one canonical NaN, or the CUDA kernels and their twin part ways.
+  for (std::uint32_t u : {0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7fa5a5a5u})
+    xs.push_back(std::bit_cast<float>(u));
   return xs;
 }
 

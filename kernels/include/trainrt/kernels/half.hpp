@@ -1,6 +1,8 @@
 #pragma once
 // IEEE binary16 and bfloat16 <-> binary32 conversions with round-to-nearest-even, bit-exact with
-// CUDA's __float2half_rn / __float2bfloat16_rn (NaN payloads are canonicalised to a quiet NaN).
+// CUDA's __float2half_rn / __float2bfloat16_rn. Every NaN becomes the one canonical NaN 0x7fff, as
+// CUDA's do: a GPU's float arithmetic already returns one canonical NaN (0x7fffffff) whatever NaN
+// went in, while x86 keeps the payload and sign, so keeping them would part the GPU from its twin.
 // Usable from host and device code.
 #include <cstdint>
 #include <cstring>
@@ -29,7 +31,7 @@ TRAINRT_HD float bf16_to_f32(std::uint16_t h) { return bits_f32(static_cast<std:
 
 TRAINRT_HD std::uint16_t f32_to_bf16(float f) {
   std::uint32_t u = f32_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;  // the canonical NaN
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
   return static_cast<std::uint16_t>(u >> 16);
 }
@@ -52,7 +54,7 @@ TRAINRT_HD std::uint16_t f32_to_f16(float f) {
   std::uint32_t u = f32_bits(f);
   std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (a > 0x7f800000u) return 0x7fffu;  // the canonical NaN, sign dropped
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (a < 0x38800000u) {
     // Result is subnormal or zero: shift the significand (with its implicit bit) into place.
