@@ -43,6 +43,7 @@ def main():
     print(f"# PyTorch {torch.__version__} on {torch.cuda.get_device_name(0)}, {a.iters} iterations, CUDA events")
 
     def timed(fn):
+        torch.cuda.synchronize()  # inputs made on the default stream must not overlap the timing
         with torch.cuda.stream(stream):
             fn()
             stream.synchronize()
