@@ -1,45 +1,76 @@
 // Device buffers through a checkpoint: save from GPU memory, clobber it, restore, compare.
-// Exits 77 (CTest: skipped) with a message when no CUDA device is present.
+// SKIPPED (77) only on a machine without a GPU; any CUDA or checkpoint error is a failure.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <exception>
 #include <filesystem>
+#include <stdexcept>
 #include <vector>
 
+#include "../common/gpu_presence.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
 using namespace trainrt;
 
-int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    fmt::print("SKIPPED: no CUDA device on this machine; device checkpoints were compiled but not run\n");
-    return 77;
+namespace {
+
+void ck(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(rc)));
+}
+
+struct DeviceFloats {
+  float* p = nullptr;
+  explicit DeviceFloats(std::size_t n) { ck(cudaMalloc(&p, n * sizeof(float)), "cudaMalloc"); }
+  ~DeviceFloats() { cudaFree(p); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+};
+
+struct TempDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / fmt::format("trainrt-devckpt-{}", ::getpid());
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
   }
+};
+
+int round_trip() {
   const std::size_t n = 1 << 22;
   std::vector<float> host(n), back(n);
   for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 4099) * 0.5f;
-  float* dev = nullptr;
-  cudaMalloc(&dev, n * 4);
-  cudaMemcpy(dev, host.data(), n * 4, cudaMemcpyHostToDevice);
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("trainrt-devckpt-{}", ::getpid());
+  DeviceFloats dev(n);
+  ck(cudaMemcpy(dev.p, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  TempDir dir;
   auto session = bootstrap::Session::single_process();
   checkpoint::Options o;
-  o.directory = dir.string();
+  o.directory = dir.path.string();
   {
     checkpoint::Manager m(*session, o);
-    m.register_buffer("dev", dev, n * 4, DType::F32, {static_cast<std::int64_t>(n)}, checkpoint::Sharding::PerRank,
+    m.register_buffer("dev", dev.p, n * 4, DType::F32, {static_cast<std::int64_t>(n)}, checkpoint::Sharding::PerRank,
                       checkpoint::Location::Device);
     auto r = m.save(7).get();
     fmt::print("saved step {} from device memory: stall {:.4f} s\n", r.step, r.stall_seconds);
-    cudaMemset(dev, 0, n * 4);
-    if (m.restore() != 7) return fmt::print("FAIL: restore did not return step 7\n"), 1;
+    ck(cudaMemset(dev.p, 0, n * 4), "cudaMemset");
+    ck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    if (const auto step = m.restore(); step != 7) return fmt::print("FAIL: restore returned step {}, not 7\n", step), 1;
   }
-  cudaMemcpy(back.data(), dev, n * 4, cudaMemcpyDeviceToHost);
-  std::filesystem::remove_all(dir);
-  cudaFree(dev);
-  bool same = back == host;
+  ck(cudaMemcpy(back.data(), dev.p, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  const bool same = back == host;
   fmt::print("device checkpoint round trip: {} passed, {} failed\n", same ? 1 : 0, same ? 0 : 1);
   return same ? 0 : 1;
+}
+
+}  // namespace
+
+int main() {
+  if (const int code = testing::gpu_presence_exit_code("device checkpoints"); code >= 0) return code;
+  try {
+    return round_trip();
+  } catch (const std::exception& e) {
+    fmt::print("FAIL: {}\n", e.what());
+    return 1;
+  }
 }

@@ -6,10 +6,13 @@
 // (the driver reports version 0). A driver that is installed but too old for this runtime
 // (cudaErrorInsufficientDriver with a non-zero driver version), or any other error, is a failure.
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 
+#include "../common/gpu_presence.hpp"
 #include "gpu_test_util.hpp"
 #include "random_data.hpp"
 #include "test_gpu_groups.hpp"
@@ -138,24 +141,9 @@ void test_digests(Tally& tally, cudaStream_t s) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (const int code = testing::gpu_presence_exit_code("the GPU kernels"); code >= 0) return code;
   int driver = -1;
-  const cudaError_t drc = cudaDriverGetVersion(&driver);
-  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0)) {
-    std::printf("SKIPPED: no CUDA device on this machine (%s); the GPU kernels were compiled but not run\n",
-                rc == cudaSuccess ? "device count 0" : "cudaErrorNoDevice");
-    return 77;
-  }
-  if (rc == cudaErrorInsufficientDriver && drc == cudaSuccess && driver == 0) {
-    std::printf("SKIPPED: no CUDA driver installed on this machine (no GPU); the GPU kernels were compiled but not run\n");
-    return 77;
-  }
-  if (rc != cudaSuccess) {
-    std::printf("FAIL: cudaGetDeviceCount: %s (%s); driver version %d. This is a broken CUDA installation, not a "
-                "missing GPU.\n", cudaGetErrorName(rc), cudaGetErrorString(rc), driver);
-    return 1;
-  }
+  cudaDriverGetVersion(&driver);
   Tally tally;
   cudaStream_t s = nullptr;
   try {
@@ -169,7 +157,12 @@ int main() {
     test_digests(tally, s);
     test_norms(tally, s);
     test_adamw(tally, s);
-    test_huge_tensor(tally, s);
+    // gpu-check's compute-sanitizer runs set this: the 4 GiB case checks 64-bit indexing, not memory
+    // safety, and takes minutes under a sanitizer. Said aloud, never skipped silently.
+    if (const char* skip = std::getenv("TRAINRT_GPU_TEST_SKIP_HUGE"); skip && *skip && std::string(skip) != "0")
+      fmt::print("NOTE: the 2^31-element case not run (TRAINRT_GPU_TEST_SKIP_HUGE={})\n", skip);
+    else
+      test_huge_tensor(tally, s);
     CK(cudaStreamSynchronize(s));
     CK(cudaStreamDestroy(s));
     CK(cudaDeviceSynchronize());

@@ -2,19 +2,22 @@
 //   nccl_mp uid   the unique-id exchange under a PMIx server (no GPU needed): every rank holds rank 0's id
 //   nccl_mp gpu   any world, one process per GPU (one process and one GPU is enough): every collective,
 //                 dtype and op against a host reference, blocking and async, stream-ordered after the
-//                 caller's stream, device buckets, split, abort. Exits 77 (skipped) only when CUDA
-//                 reports no device; any other CUDA or NCCL error fails.
+//                 caller's stream, device buckets, split, abort.
+//   nccl_mp timeout   a collective held past the communicator's timeout is aborted with an error
+//                 naming it, and the process still exits cleanly.
+// The GPU modes exit 77 (skipped) only when the machine has no GPU; any other CUDA or NCCL error fails.
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
+#include "../common/gpu_presence.hpp"
 #include "../common/typed_buffer.hpp"
 #include "trainrt/runtime/bucketer.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
@@ -204,20 +207,40 @@ void split_and_abort(Communicator& comm) {
   comm.barrier();  // the parent is unaffected
 }
 
-// Skip only when the machine has no GPU: no CUDA driver at all, or a driver that finds no device.
-bool no_gpu_here(std::string& why) {
-  if (!dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) && !dlopen("libcuda.so.1", RTLD_NOW)) {
-    why = "no CUDA driver (libcuda.so.1) on this machine";
-    return true;
+// A collective that never completes (its stream is held by a host callback longer than the
+// communicator's timeout) ends with a PeerError naming it, well before the hold ends; every later
+// call throws PeerError; the process still tears down and exits cleanly. On one GPU this is the way
+// to make a collective hang: there is no peer to withhold.
+void timeout_abort(bootstrap::Session& session, cudaStream_t s) {
+  NcclOptions o;
+  o.timeout = std::chrono::seconds(1);
+  auto comm = make_nccl_communicator(session, o);
+  set_nccl_stream(*comm, s);
+  comm->barrier();  // connected and healthy first
+  cuda(cudaLaunchHostFunc(
+           s, [](void*) { std::this_thread::sleep_for(std::chrono::seconds(4)); }, nullptr),
+       "cudaLaunchHostFunc");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    comm->barrier();
+  } catch (const PeerError& e) {
+    message = e.what();
   }
-  int count = 0;
-  cudaError_t rc = cudaGetDeviceCount(&count);
-  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0)) {
-    why = "the CUDA driver finds no device";
-    return true;
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("rank {}: the held barrier ended after {:.2f} s with: {}\n", me, took, message.empty() ? "(no error)" : message);
+  check(message.find("barrier did not complete within 1000 ms") != std::string::npos,
+        fmt::format("the held barrier's error does not name it and its timeout: '{}'", message));
+  check(took < 3.5, fmt::format("the abort took {:.2f} s: it waited for the 4 s hold instead of the 1 s timeout", took));
+  bool again = false;
+  try {
+    comm->barrier();
+  } catch (const PeerError&) {
+    again = true;
   }
-  cuda(rc, "cudaGetDeviceCount");
-  return false;
+  check(again, "a call after the timeout abort did not throw PeerError");
+  comm.reset();
+  cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize after the abort (the hold drains)");
 }
 
 }  // namespace
@@ -238,13 +261,16 @@ int main(int argc, char** argv) {
       fmt::print("rank {} of {}: {} ({} bytes)\n", me, n, same && nonzero ? "UID-OK" : "UID-MISMATCH", id.size());
       return same && nonzero ? 0 : 1;
     }
-    if (mode == "gpu") {
-      std::string why;
-      if (no_gpu_here(why)) {
-        fmt::print("rank {}: SKIPPED: {}; NCCL init and collectives not run\n", me, why);
-        return 77;
-      }
+    if (mode == "gpu" || mode == "timeout") {
+      if (const int code = testing::gpu_presence_exit_code("NCCL init and collectives"); code >= 0) return code;
       cudaStream_t s = nullptr;
+      if (mode == "timeout") {
+        cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        timeout_abort(*session, s);
+        cudaStreamDestroy(s);
+        fmt::print("rank {}: {} checks, {} failed: {}\n", me, checks, failures, failures ? "TIMEOUT-FAIL" : "TIMEOUT-OK");
+        return failures ? 1 : 0;
+      }
       NcclOptions opts;
       opts.timeout = std::chrono::seconds(60);
       auto comm = make_nccl_communicator(*session, opts);
@@ -258,7 +284,7 @@ int main(int argc, char** argv) {
       fmt::print("rank {} of {}: {} checks, {} failed: {}\n", me, n, checks, failures, failures ? "GPU-FAIL" : "GPU-OK");
       return failures ? 1 : 0;
     }
-    fmt::print(stderr, "unknown mode '{}'; valid: uid, gpu\n", mode);
+    fmt::print(stderr, "unknown mode '{}'; valid: uid, gpu, timeout\n", mode);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "rank {}: error: {}\n", me, e.what());
