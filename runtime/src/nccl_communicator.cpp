@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -175,6 +177,11 @@ class EventState final : public WorkState {
   bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
   bool wait_for(std::chrono::milliseconds timeout) override {
     const auto until = Clock::now() + timeout;
+    // Yield for the first 200 us (a small collective is done in ~10 us; a fixed 50 us sleep became
+    // ~60-110 us with the kernel's timer slack and inflated every short wait), then sleep with a
+    // doubling nap up to 500 us, so a long wait does not hold a core.
+    const auto spin_until = Clock::now() + std::chrono::microseconds(200);
+    auto nap = std::chrono::microseconds(20);
     DeviceScope scope(handle_->device);
     while (true) {
       cudaError_t rc = cudaEventQuery(done_);
@@ -192,8 +199,14 @@ class EventState final : public WorkState {
           throw PeerError(why + "; communicator aborted", "nccl");
         }
       }
-      if (Clock::now() >= until) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      const auto now = Clock::now();
+      if (now >= until) return false;
+      if (now < spin_until) {
+        std::this_thread::yield();
+        continue;
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(500));
     }
   }
 
@@ -275,7 +288,9 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done = nullptr;
     {
       std::unique_lock lock(handle_->mutex);
-      handle_->poll_async_error_locked(what);  // throws once aborted
+      // A non-blocking communicator takes no new call while an earlier one (a lazy connect started by
+      // another thread, say) is still ncclInProgress: wait for it; throws once aborted.
+      handle_->await_locked(lock, handle_->timeout, what);
       check_cuda(cudaEventRecord(ready_, caller_), "cudaEventRecord(caller stream)");
       check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
       ncclResult_t rc = enqueue(handle_->comm);
