@@ -43,6 +43,7 @@ void cast_from_half(const std::uint16_t* in, float* out, std::size_t count, floa
 
 // Writes the norm to `result` (device double). Bitwise equal to cpu::l2_norm. Exactly one kernel
 // launch per call; scratch comes from a stream-ordered pool and is released in stream order.
+// Natural alignment required (f32: 4 bytes, f16/bf16: 2 bytes): elements are loaded whole.
 void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream);
 
 // `found_inf`: device int or nullptr; when it holds non-zero the update is skipped on the device.
