@@ -46,9 +46,8 @@ bool this_node_is_vm() {
                        read_start("/sys/class/dmi/id/product_name", 256), read_start("/sys/hypervisor/type", 64));
 }
 
-NcclTopoChoice choose_nccl_topo_checked(const NcclTopoInput& in) {
-  if (!in.file_problem.empty())
-    return {"", fmt::format("no NCCL_TOPO_FILE: {}", printable(in.file_problem))};
+NcclTopoChoice nccl_topo_file_choice(const NcclTopoInput& in, const std::string& file_problem) {
+  if (!file_problem.empty()) return {"", fmt::format("no NCCL_TOPO_FILE: {}", printable(file_problem))};
   return {in.path, fmt::format("NCCL_TOPO_FILE={} ({})", printable(in.path),
                                in.mode == NcclTopo::Always ? "nccl_topo=always" : "a virtual machine, nccl_topo=auto")};
 }

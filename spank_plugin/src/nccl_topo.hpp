@@ -29,7 +29,6 @@ struct NcclTopoInput {
   bool is_vm = false;        // only consulted in auto mode
   bool cache_used = false;   // the step's Node came from a fresh digested cache
   std::string path;          // the file beside that cache (topo::nccl_topo_path)
-  std::string file_problem;  // "" when the file is trusted and matches the Node (topo::check_nccl_topo_file)
   std::string user_value;    // NCCL_TOPO_FILE from the job's environment, "" when unset
 };
 
@@ -41,14 +40,16 @@ struct NcclTopoChoice {
 // off: nothing. A user's own NCCL_TOPO_FILE is never replaced (not even with env=override: it names
 // a file NCCL reads as the user, chosen on purpose). auto on bare metal: nothing (NCCL reads sysfs).
 // Otherwise the file when the cache was used and the file is good, else a note saying why not.
-// `check_file` is called only when the file would be exported, so its cost is paid only then.
+// `check_file` is called only when the file would be exported, so its cost is paid only then; it
+// returns "" when the file is trusted and matches the Node (topo::check_nccl_topo_file), else why not.
 template <class CheckFile>
-NcclTopoChoice choose_nccl_topo(NcclTopoInput in, CheckFile&& check_file);
+NcclTopoChoice choose_nccl_topo(const NcclTopoInput& in, CheckFile&& check_file);
 
-NcclTopoChoice choose_nccl_topo_checked(const NcclTopoInput& in);
+// The last rule: export `in.path`, or the note naming `file_problem`.
+NcclTopoChoice nccl_topo_file_choice(const NcclTopoInput& in, const std::string& file_problem);
 
 template <class CheckFile>
-NcclTopoChoice choose_nccl_topo(NcclTopoInput in, CheckFile&& check_file) {
+NcclTopoChoice choose_nccl_topo(const NcclTopoInput& in, CheckFile&& check_file) {
   if (in.mode == NcclTopo::Off) return {};
   if (in.mode == NcclTopo::Auto && !in.is_vm) return {};
   if (!in.user_value.empty())
@@ -56,8 +57,7 @@ NcclTopoChoice choose_nccl_topo(NcclTopoInput in, CheckFile&& check_file) {
   if (!in.cache_used)
     return {"", "no NCCL_TOPO_FILE: the node's topology did not come from a fresh digested cache "
                 "(trainrt-topo --write-cache writes both)"};
-  in.file_problem = check_file();
-  return choose_nccl_topo_checked(in);
+  return nccl_topo_file_choice(in, check_file());
 }
 
 }  // namespace trainrt::spank
