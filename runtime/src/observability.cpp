@@ -1,6 +1,7 @@
 #include "trainrt/runtime/observability.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +55,12 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
       if (o.end < 0) flight = o.seq;
     }
   }
-  nlohmann::json doc = {{"rank", rank}, {"reason", reason}, {"last_completed", last_completed_.load()},
+  // Which node and process wrote it: a flight file copied out of a job's folder still says where
+  // the rank ran (the doctor otherwise learns the host only from the metrics).
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  nlohmann::json doc = {{"rank", rank}, {"host", std::string(host)}, {"pid", static_cast<long>(::getpid())},
+                        {"reason", reason}, {"last_completed", last_completed_.load()},
                         {"in_flight", flight}, {"ops", ops}};
   std::ofstream out(path);
   out << doc.dump(2) << "\n";

@@ -39,8 +39,8 @@ t0=$(date +%s.%N)
 out=$(run --ckpt-dir "$d/c" --out "$d/o" --watchdog 3 --fault stall:2:30:60 2>&1); rc=$?
 secs=$(echo "$(date +%s.%N) - $t0" | bc)
 if [[ $rc -ne 0 && $(echo "$secs < 8" | bc) -eq 1 ]] && grep -q 'rank(s) 2' "$d/o/flight_rank0.json" &&
-   grep -q '"in_flight": 30' "$d/o/flight_rank0.json"; then
-  pass "a stalled rank: watchdog fired in ${secs:0:4} s (timeout 3 s), dumps name rank 2, srun exit $rc"
+   grep -q '"in_flight": 30' "$d/o/flight_rank0.json" && grep -qE '"host": "[^"]+"' "$d/o/flight_rank0.json"; then
+  pass "a stalled rank: watchdog fired in ${secs:0:4} s (timeout 3 s), dumps name rank 2 and their host, srun exit $rc"
 else fail "stall (rc=$rc, ${secs:0:5} s)" "$(tail -5 <<<"$out")" "$(head -5 "$d/o/flight_rank0.json" 2>/dev/null)"; fi
 
 # SIGUSR1 (what --signal=B:USR1@60 forwards): a final checkpoint, exit 75, and the next run resumes.
