@@ -54,6 +54,30 @@ class CopyStream {
   cudaEvent_t after_{};
 };
 
+// The device that holds `p` is current for the copy, the previous one again afterwards: the copy
+// stream, the event and a device-wide wait must belong to the buffer's device, not to whichever
+// device the calling thread last used (a process driving several GPUs would otherwise wait on the
+// wrong one and stage a buffer still being written).
+class OnDeviceOf {
+ public:
+  explicit OnDeviceOf(const void* p) {
+    cudaPointerAttributes a{};
+    check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes");
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if ((a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) && a.device >= 0 && a.device != previous_)
+      check(cudaSetDevice(a.device), "cudaSetDevice");
+  }
+  ~OnDeviceOf() {
+    int now = -1;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  OnDeviceOf(const OnDeviceOf&) = delete;
+  OnDeviceOf& operator=(const OnDeviceOf&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 }  // namespace
 
 void* pinned_alloc(std::size_t bytes) {
@@ -65,11 +89,13 @@ void pinned_free(void* p) noexcept {
   if (p) cudaFreeHost(p);
 }
 void copy_device_to_host(void* host, const void* device, std::size_t bytes, void* stream) {
+  OnDeviceOf on(device);
   CopyStream s;
   s.after(stream);
   s.copy(host, device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync device->host");
 }
 void copy_host_to_device(void* device, const void* host, std::size_t bytes, void* stream) {
+  OnDeviceOf on(device);
   CopyStream s;
   s.after(stream);  // the user's last reads of the old contents come first
   s.copy(device, host, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync host->device");

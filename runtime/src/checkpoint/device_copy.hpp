@@ -7,7 +7,8 @@
 // stream waits for it), and returns once the copy is done, so any later work on any stream sees
 // it. With `stream` == nullptr the copy waits for the whole device (cudaDeviceSynchronize): the
 // safe choice when the writers' streams are unknown, never a legacy-default-stream copy that
-// would race writers on non-blocking streams.
+// would race writers on non-blocking streams. The copy runs on the device that holds the buffer,
+// whichever device the calling thread has current.
 #include <cstddef>
 
 namespace trainrt::checkpoint {
