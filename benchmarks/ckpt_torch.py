@@ -9,6 +9,13 @@ Per size, median of 3 (slowest rank each time):
   dcp.save        torch.distributed.checkpoint.save: blocks for the whole save (fsyncs its files)
   dcp.async_save  time until it returns (the stall), and until its future completes (persisted)
 Prints human lines and one "#torch" line per size for the wrapper.
+
+Device mode (issue 13; the peer of tests/perf/ckpt-device-bench, same tensors on the GPU):
+
+    PY benchmarks/ckpt_torch.py --device cuda [--dir DIR] [--tensors 16] [--reps N] [MiB ...=1024 8192]
+
+One process in a one-rank gloo process group (async_save needs a CPU backend; nothing crosses
+ranks). Exit 77 without a CUDA device; see ckpt_torch_device.py.
 """
 import os, shutil, statistics, sys, time
 
@@ -75,4 +82,9 @@ def main():
 
 
 if __name__ == "__main__":
+    if "--device" in sys.argv[1:]:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ckpt_torch_device import device_main
+
+        sys.exit(device_main(sys.argv[1:]))
     sys.exit(main())
