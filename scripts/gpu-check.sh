@@ -245,7 +245,8 @@ gpu_targets() {
 import glob, json, os, re, sys
 build = os.path.realpath(sys.argv[1])
 names = {t["name"] for t in json.load(sys.stdin).get("tests", [])}
-out = {"tests/perf/kernels-bench", "slurm_examples/trainer/train-mlp"}
+out = {"tests/perf/kernels-bench", "tests/perf/nccl-bench", "tests/perf/ckpt-device-bench",
+       "slurm_examples/trainer/train-mlp"}
 for f in glob.glob(os.path.join(build, "**", "CTestTestfile.cmake"), recursive=True):
     for line in open(f, errors="replace"):
         m = re.match(r"add_test\(\[=\[(.*?)\]=\]\s+(.*)\)\s*$", line.strip())
@@ -388,7 +389,8 @@ write_report() {
     echo '```'
     column -t -s $'\t' "$carry/debs/MANIFEST.tsv" 2>/dev/null | cut -c1-140 || cat "$carry/debs/MANIFEST.tsv"
     echo '```'
-    for f in gpu-tests.log kernels-bench.log kernels-torch.log trainer-resume.log; do
+    for f in gpu-tests.log kernels-bench.log kernels-torch.log nccl-bench.log nccl-torch.log ckpt-device-bench.log \
+             ckpt-device-torch.log trainer-resume.log trainer-gpu.log torch-train.log; do
       [[ -f $logs/$f ]] || continue
       echo "## $f (last 60 lines)"
       echo '```'
@@ -449,11 +451,28 @@ run() {
     # cost python.cuda alone, never the other GPU results.
     want tests && [[ -d $build/python/CMakeFiles/_trainrt.dir ]] && build_step build-python _trainrt
     want tests && gpu_tests
+    # Device checkpoints on the machine's disk (up to ~17 GiB), not in /tmp, which may be memory.
+    local ckpt_dir=$build/ckpt-bench
     want bench && must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
+    want bench && must_pass nccl-bench nccl-bench.log "$build/tests/perf/nccl-bench"
+    want bench && must_pass ckpt-device-bench ckpt-device-bench.log "$build/tests/perf/ckpt-device-bench" \
+      --dir "$ckpt_dir" --sizes 1024,8192
     # PyTorch with its own libraries: nothing of the prefix on its library path.
     want torch && must_pass kernels-torch kernels-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$repo/benchmarks/kernels_torch.py"
+    want torch && must_pass nccl-torch nccl-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 -u \
+      "$repo/benchmarks/nccl_torch.py" --runtime-log "$logs/nccl-bench.log"
+    want torch && must_pass ckpt-device-torch ckpt-device-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 -u \
+      "$repo/benchmarks/ckpt_torch.py" --device cuda --dir "$ckpt_dir" 1024 8192
     want trainer && must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
       "$build/slurm_examples/trainer/train-mlp" cuda 120
+    want trainer && must_pass trainer-gpu trainer-gpu.log bash "$repo/benchmarks/trainer_gpu.sh" --build "$build" \
+      --out "$logs/trainer-gpu"
+    # PyTorch through trainrt.torch: the NCCL process group, DDP on the GPU, CUDA tensors in the
+    # module's checkpoints; 40 steps, then a rerun that must resume at 41.
+    want trainer && must_pass torch-train torch-train.log bash -c '
+      set -o pipefail; run() { PYTHONPATH=$1/python PYTHONUNBUFFERED=1 python3 "$2/slurm_examples/train_torch.py" \
+        --device cuda --save-every 20 --ckpt-dir "$3/torch-train" --steps "$4"; }
+      run "$1" "$2" "$3" 40 && run "$1" "$2" "$3" 60 | tee /dev/stderr | grep "steps 41\.\.60"' _ "$build" "$repo" "$logs"
     want sanitizer && sanitize
     # The rest of the tree last: a compile error elsewhere must not cost the GPU results.
     want rest && build_step build-rest
