@@ -99,7 +99,7 @@ failed=0 torch_skipped=0 t_start=$SECONDS runs=()
 run_trainer() {
   local device=$1 hidden=$2 warm=$3 timed=$4
   local name=train-mlp-$device-h$hidden t0=$SECONDS
-  rm -rf "${out:?}/$name" "$ckpt_root/$name"  # a metrics file left over would make this run a "rerun"
+  rm -rf "${out:?}/$name" "${ckpt_root:?}/$name"  # a metrics file left over would make this run a "rerun"
   "$trainer" --device "$device" --steps $((warm + timed)) --hidden "$hidden" --ckpt-every "$ckpt_every" \
     --ckpt-dir "$ckpt_root/$name" --out "$out/$name" --watchdog 300 >"$out/$name.log" 2>&1
   local rc=$?
