@@ -226,7 +226,7 @@ for h in sorted({r["hidden"] for r in results}):
         print(f"{'':>8} step time: " + "; ".join(ratios))
     for r in rows:
         if r.get("run", "").startswith("train-mlp") and "error" not in r:
-            stall = (f"{r['saves']} saves in the timed steps, stall median {ms(r['stall_median_s']).strip()} ms, "
+            stall = (f"{r['saves']} save{'s' * (r['saves'] != 1)} in the timed steps, stall median {ms(r['stall_median_s']).strip()} ms, "
                      f"max {ms(r['stall_max_s']).strip()} ms" if r["saves"] else "no save in the timed steps")
             persist = f", persist median {ms(r['persist_median_s']).strip()} ms" if r["persist_median_s"] is not None else ""
             print(f"{'':>8} checkpoint ({r['run']}, every {r['ckpt_every']}): {stall}; stall per step "
