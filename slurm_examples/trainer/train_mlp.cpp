@@ -207,8 +207,10 @@ class Trainer {
     }
     if (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) {
       std::memcpy(step_blob.data(), &done, 8);
-      if (pending_.valid()) persist = pending_.get().persist_seconds;
+      // Waiting here for the previous save to persist stalls training too: it counts in the stall,
+      // as Manager::save() counts its own wait for a save still in flight.
       const double ts = rep_.trace.now();
+      if (pending_.valid()) persist = pending_.get().persist_seconds;
       pending_ = ckpt_.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
                                    {"device", engine_.describe()}});
       stall = rep_.trace.now() - ts;
