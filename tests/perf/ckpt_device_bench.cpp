@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/gpu_presence.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
@@ -99,26 +100,6 @@ class File {
  private:
   int fd_;
 };
-
-// -1: a device is there. 77: none (said on stdout). 1: any other CUDA error (a broken install is
-// a failure, never a skip).
-int probe_device() {
-  int count = 0, driver = -1;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
-  const cudaError_t drc = cudaDriverGetVersion(&driver);
-  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0) || (drc == cudaSuccess && driver == 0)) {
-    fmt::print("# no CUDA device: {}; device checkpoints not measured\n",
-               drc == cudaSuccess && driver == 0 ? "no CUDA driver installed"
-                                                  : fmt::format("cudaGetDeviceCount: {}", rc == cudaSuccess ? "0 devices" : cudaGetErrorName(rc)));
-    return 77;
-  }
-  if (rc != cudaSuccess) {
-    fmt::print("FAIL: cudaGetDeviceCount: {} ({}), driver version {}: a broken CUDA installation, not a missing GPU\n",
-               cudaGetErrorName(rc), cudaGetErrorString(rc), driver);
-    return 1;
-  }
-  return -1;
-}
 
 // Runs body(begin, end) over [0, n) split across the cores (the 8 GiB pattern and comparisons
 // would otherwise take seconds of the run).
@@ -429,7 +410,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception&) {
     return usage();
   }
-  if (int rc = probe_device(); rc >= 0) return rc;
+  if (const int rc = testing::bench_gpu_presence_exit_code("device checkpoints"); rc >= 0) return rc;
 
   std::error_code ec;
   const bool made_dir = fs::create_directories(a.dir, ec);

@@ -23,6 +23,8 @@
 
 #ifdef TRAINRT_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
+
+#include "../common/gpu_presence.hpp"
 #endif
 
 using namespace trainrt;
@@ -179,19 +181,6 @@ void gpu_section(const std::vector<std::size_t>& sizes, int iters) {
   CK(cudaStreamDestroy(s));
 }
 
-// 0: a device is there; 77: none (said on stdout). Other CUDA errors throw.
-int probe_device() {
-  int count = 0, driver = -1;
-  const cudaError_t rc = cudaGetDeviceCount(&count);
-  (void)cudaDriverGetVersion(&driver);
-  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0) || (rc == cudaErrorInsufficientDriver && driver == 0)) {
-    fmt::print("# GPU: no CUDA device here ({}); nothing measured\n",
-               rc == cudaErrorInsufficientDriver ? "no CUDA driver installed" : "cudaGetDeviceCount found none");
-    return 77;
-  }
-  ck(rc, "cudaGetDeviceCount");
-  return 0;
-}
 #endif
 
 }  // namespace
@@ -219,7 +208,7 @@ int main(int argc, char** argv) {
   if (!gpu) return 0;
 #ifdef TRAINRT_HAVE_CUDA_KERNELS
   try {
-    if (probe_device() == 77) return 77;
+    if (const int rc = testing::bench_gpu_presence_exit_code("the GPU kernels"); rc >= 0) return rc;
     gpu_section(sizes, iters);
   } catch (const std::exception& e) {
     fmt::print(stderr, "kernels-bench: FAILED: {}\n", e.what());

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/gpu_presence.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
@@ -134,20 +135,6 @@ else throw BadArgs(fmt::format("unknown option '{}'", k));
   }
   if (a.begin > a.end) throw BadArgs("-b is larger than -e");
   return a;
-}
-
-// "" when a CUDA device is there; why not when there is no driver or no device. Any other CUDA
-// error (a driver too old for this runtime, say) is a failure, thrown.
-std::string no_device_reason() {
-  int driver = 0;
-  cudaError_t rc = cudaDriverGetVersion(&driver);
-  if (rc == cudaSuccess && driver == 0) return "no CUDA driver on this machine (cudaDriverGetVersion gives 0)";
-  ck(rc, "cudaDriverGetVersion");
-  int count = 0;
-  rc = cudaGetDeviceCount(&count);
-  if (rc == cudaErrorNoDevice || (rc == cudaSuccess && count == 0)) return "the CUDA driver finds no device";
-  ck(rc, "cudaGetDeviceCount");
-  return "";
 }
 
 // The launcher's local rank, read before the bootstrap so the CUDA context can be timed first.
@@ -382,10 +369,7 @@ double median(std::vector<double> v) {
 }
 
 int run(const Args& args) {
-  if (std::string why = no_device_reason(); !why.empty()) {
-    fmt::print("# no CUDA device: {}; NCCL init and collectives not measured\n", why);
-    return 77;
-  }
+  if (const int rc = testing::bench_gpu_presence_exit_code("NCCL init and collectives"); rc >= 0) return rc;
   // (a) The CUDA context first and alone, so that what follows is the runtime's and NCCL's.
   int devices = 0;
   CK(cudaGetDeviceCount(&devices));
