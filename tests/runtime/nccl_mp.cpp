@@ -120,45 +120,66 @@ void collectives(Communicator& comm, cudaStream_t s) {
                                       variant == 0 ? "blocking" : variant == 1 ? "async" : "in place", bad));
         }
       }
-      // reduce_scatter: rank r gets block r of the sum of everyone's n*count inputs.
-      {
-        Buffers big(count * n * es), mine(count * es);
-        for (std::size_t i = 0; i < count * n; ++i) store(big.host, i, t, value(me, i, t));
-        mine.poison(s);
-        big.upload(s);
-        comm.reduce_scatter(big.dev, mine.dev, count, t, ReduceOp::Sum);
-        mine.download(s);
-        cuda(cudaStreamSynchronize(s), "sync");
-        std::size_t bad = 0;
-        for (std::size_t i = 0; i < count; ++i)
-          bad += !close(load(mine.host, i, t), reference(me * count + i, t, ReduceOp::Sum), t);
-        check(bad == 0, fmt::format("reduce_scatter {} count {}: {} wrong", to_string(t), count, bad));
-      }
-      // allgather, async.
-      {
-        Buffers all(count * n * es);
-        for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, value(me, i, t));
-        all.poison(s);
-        in.upload(s);
-        Work w = comm.allgather_async(in.dev, all.dev, count, t);
-        all.download(s);
-        w.wait();
-        cuda(cudaStreamSynchronize(s), "sync");
-        std::size_t bad = 0;
-        for (unsigned r = 0; r < n; ++r)
-          for (std::size_t i = 0; i < count; ++i) bad += load(all.host, r * count + i, t) != value(r, i, t);
-        check(bad == 0, fmt::format("allgather {} count {}: {} wrong", to_string(t), count, bad));
-      }
-      // broadcast from every root.
-      for (unsigned root = 0; root < n; ++root) {
-        for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, me == root ? value(root, i, t) : -1.0);
-        in.upload(s);
-        comm.broadcast(in.dev, count, t, root);
-        in.download(s);
-        cuda(cudaStreamSynchronize(s), "sync");
-        std::size_t bad = 0;
-        for (std::size_t i = 0; i < count; ++i) bad += load(in.host, i, t) != value(root, i, t);
-        check(bad == 0, fmt::format("broadcast {} count {} root {}: {} wrong", to_string(t), count, root, bad));
+      // The other collectives, each blocking and async (the download is enqueued before the
+      // async wait: it must order after the collective on the caller's stream by itself).
+      for (const bool async : {false, true}) {
+        const char* mode = async ? "async" : "blocking";
+        // reduce_scatter: rank r gets block r of the reduction of everyone's n*count inputs.
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max}) {
+          Buffers big(count * n * es), mine(count * es);
+          for (std::size_t i = 0; i < count * n; ++i) store(big.host, i, t, value(me, i, t));
+          mine.poison(s);
+          big.upload(s);
+          if (async) {
+            Work w = comm.reduce_scatter_async(big.dev, mine.dev, count, t, op);
+            mine.download(s);
+            w.wait();
+          } else {
+            comm.reduce_scatter(big.dev, mine.dev, count, t, op);
+            mine.download(s);
+          }
+          cuda(cudaStreamSynchronize(s), "sync");
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i)
+            bad += !close(load(mine.host, i, t), reference(me * count + i, t, op), t);
+          check(bad == 0, fmt::format("reduce_scatter {} {} count {} {}: {} wrong", to_string(t), to_string(op),
+                                      count, mode, bad));
+        }
+        {
+          Buffers all(count * n * es);
+          for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, value(me, i, t));
+          all.poison(s);
+          in.upload(s);
+          if (async) {
+            Work w = comm.allgather_async(in.dev, all.dev, count, t);
+            all.download(s);
+            w.wait();
+          } else {
+            comm.allgather(in.dev, all.dev, count, t);
+            all.download(s);
+          }
+          cuda(cudaStreamSynchronize(s), "sync");
+          std::size_t bad = 0;
+          for (unsigned r = 0; r < n; ++r)
+            for (std::size_t i = 0; i < count; ++i) bad += load(all.host, r * count + i, t) != value(r, i, t);
+          check(bad == 0, fmt::format("allgather {} count {} {}: {} wrong", to_string(t), count, mode, bad));
+        }
+        for (unsigned root = 0; root < n; ++root) {  // broadcast from every root
+          for (std::size_t i = 0; i < count; ++i) store(in.host, i, t, me == root ? value(root, i, t) : -1.0);
+          in.upload(s);
+          if (async) {
+            Work w = comm.broadcast_async(in.dev, count, t, root);
+            in.download(s);
+            w.wait();
+          } else {
+            comm.broadcast(in.dev, count, t, root);
+            in.download(s);
+          }
+          cuda(cudaStreamSynchronize(s), "sync");
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i) bad += load(in.host, i, t) != value(root, i, t);
+          check(bad == 0, fmt::format("broadcast {} count {} root {} {}: {} wrong", to_string(t), count, root, mode, bad));
+        }
       }
     }
   }
