@@ -32,7 +32,7 @@ CARRIED_PACKAGES=(libhwloc-dev libhwloc15 libudev1 libfmt-dev libfmt9 nlohmann-j
 EXPECTED_GPU_TESTS=(kernels.gpu_vs_cpu runtime.nccl.collectives.gpu runtime.nccl.timeout_abort.gpu
                     checkpoint.device_round_trip trainer.resume_bitwise.gpu)
 TRAVEL_LIMIT_MIB=64
-ALL_STEPS=tests,bench,torch,trainer,sanitizer,rest  # run's GPU steps, in order (--steps picks some)
+ALL_STEPS=tests,bench,torch,trainer,ncu,sanitizer,rest  # run's GPU steps, in order (--steps picks some)
 MULTIARCH=x86_64-linux-gnu
 
 die() { echo "gpu-check: FAIL: $*" >&2; exit 1; }
@@ -331,6 +331,45 @@ for t in json.load(sys.stdin).get("tests", []):
     print("\x1f".join([t["name"], " ".join(env)] + cmd))'
 }
 
+# Nsight Compute's DRAM throughput (% of the peak it knows) for every kernel kernels-bench launches
+# at 256 MiB, one row per kernel in ncu-kernels.txt. --clock-control none: the clocks stay as the
+# machine runs them (METHOD.md), so the percentages are those of the timed runs.
+ncu_kernels() {
+  local t0=$SECONDS ncu rc
+  ncu=$(command -v ncu || echo "$cuda_root/bin/ncu")
+  [[ -x $ncu ]] || { step_result ncu FAIL 0 "ncu not found (PATH, $cuda_root/bin)"; return; }
+  timeout "$(remaining)" "$ncu" --clock-control none --csv --print-units base --log-file "$logs/ncu-kernels.csv" \
+    --metrics dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,gpu__time_duration.sum \
+    "$build/tests/perf/kernels-bench" --gpu --sizes 256M --iters 1 >"$logs/ncu-kernels.log" 2>&1
+  rc=$?
+  if ((rc != 0)); then
+    step_result ncu FAIL "$(elapsed "$t0")" "exit $rc$([[ $rc -eq 124 ]] && echo ' (time budget)'); $(tail -1 "$logs/ncu-kernels.log")"
+    return
+  fi
+  if python3 - "$logs/ncu-kernels.csv" >"$logs/ncu-kernels.txt" <<'PY'; then
+import csv, sys
+rows = {}
+with open(sys.argv[1], errors="replace") as f:
+    lines = [l for l in f if l.startswith('"')]
+for r in csv.DictReader(lines):
+    key = (int(r.get("ID", 0) or 0), r.get("Kernel Name", "?"))
+    try:
+        rows.setdefault(key, {})[r["Metric Name"]] = float(str(r["Metric Value"]).replace(",", ""))
+    except (KeyError, ValueError):
+        pass
+if not rows:
+    sys.exit("no kernel rows in ncu's CSV")
+print(f"{'launch':>6}  {'DRAM % of peak':>14}  {'DRAM MB':>9}  {'time us':>9}  kernel")
+for (i, name), m in sorted(rows.items()):
+    print(f"{i:>6}  {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed', float('nan')):>14.1f}  "
+          f"{m.get('dram__bytes.sum', float('nan')) / 1e6:>9.1f}  {m.get('gpu__time_duration.sum', float('nan')) / 1e3:>9.1f}  {name[:110]}")
+PY
+    step_result ncu PASS "$(elapsed "$t0")" "ncu-kernels.txt: $(($(wc -l <"$logs/ncu-kernels.txt") - 1)) kernel launches"
+  else
+    step_result ncu FAIL "$(elapsed "$t0")" "ncu's CSV could not be read: $(tail -1 "$logs/ncu-kernels.txt")"
+  fi
+}
+
 # compute-sanitizer memcheck and racecheck over those programs and a short trainer run on the GPU
 # that also restores a device checkpoint (its own folders per tool).
 sanitize() {
@@ -390,7 +429,7 @@ write_report() {
     column -t -s $'\t' "$carry/debs/MANIFEST.tsv" 2>/dev/null | cut -c1-140 || cat "$carry/debs/MANIFEST.tsv"
     echo '```'
     for f in gpu-tests.log kernels-bench.log kernels-torch.log nccl-bench.log nccl-torch.log ckpt-device-bench.log \
-             ckpt-device-torch.log trainer-resume.log trainer-gpu.log torch-train.log; do
+             ckpt-device-torch.log trainer-resume.log trainer-gpu.log torch-train.log ncu-kernels.txt; do
       [[ -f $logs/$f ]] || continue
       echo "## $f (last 60 lines)"
       echo '```'
@@ -473,6 +512,7 @@ run() {
       set -o pipefail; run() { PYTHONPATH=$1/python PYTHONUNBUFFERED=1 python3 "$2/slurm_examples/train_torch.py" \
         --device cuda --save-every 20 --ckpt-dir "$3/torch-train" --steps "$4"; }
       run "$1" "$2" "$3" 40 && run "$1" "$2" "$3" 60 | tee /dev/stderr | grep "steps 41\.\.60"' _ "$build" "$repo" "$logs"
+    want ncu && ncu_kernels
     want sanitizer && sanitize
     # The rest of the tree last: a compile error elsewhere must not cost the GPU results.
     want rest && build_step build-rest
