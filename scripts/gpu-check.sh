@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One command for a fresh single-GPU machine (CUDA 13, cmake, ninja, python3 with torch; no Debian
-# development packages, no network): build with CUDA, run every GPU test (0 skipped), the kernel
-# benchmark and its PyTorch peer, the trainer on the GPU with a kill and a bitwise resume, and
-# compute-sanitizer (memcheck, racecheck) over the GPU test programs; one report file.
+# development packages, no network): build with CUDA, run every GPU test (0 skipped), the kernel,
+# NCCL and device-checkpoint benchmarks each beside its PyTorch peer, the trainer on the GPU (kill
+# and bitwise resume, speed against PyTorch), ncu, and compute-sanitizer (memcheck, racecheck) over
+# the trainer and the GPU test programs; one report file. Three calls of 10 minutes: docs/gpu-check.md.
 #
 #   scripts/gpu-check.sh prepare [--carry DIR] [--limit-mib N]
 #       On a Debian 12 machine with apt: downloads the .deb files the build needs (below) into
@@ -10,7 +11,7 @@
 #       working tree fit what travels to the GPU machine (64 MiB).
 #   scripts/gpu-check.sh run [--out DIR] [--carry DIR] [--prefix DIR] [--build DIR] [--jobs N]
 #                            [--budget SECONDS] [--no-gpu] [--targets "T1 T2 ..."] [--nccl-root DIR]
-#                            [--steps tests,bench,torch,trainer,sanitizer,rest] [--keep]
+#                            [--steps tests,kernels,nccl,ckpt,trainer,ncu,sanitizer,rest] [--keep]
 #       On the GPU machine: unpacks the carried .debs with dpkg -x into a prefix (default
 #       /opt/trainrt-deps; never into /), configures against it, builds, runs the checks and writes
 #       DIR/gpu-check-report.md (DIR: --out, else $OUT, else ./gpu-check-out) plus the full logs in
@@ -32,7 +33,8 @@ CARRIED_PACKAGES=(libhwloc-dev libhwloc15 libudev1 libfmt-dev libfmt9 nlohmann-j
 EXPECTED_GPU_TESTS=(kernels.gpu_vs_cpu runtime.nccl.collectives.gpu runtime.nccl.timeout_abort.gpu
                     checkpoint.device_round_trip trainer.resume_bitwise.gpu)
 TRAVEL_LIMIT_MIB=64
-ALL_STEPS=tests,bench,torch,trainer,ncu,sanitizer,rest  # run's GPU steps, in order (--steps picks some)
+ALL_STEPS=tests,kernels,nccl,ckpt,trainer,ncu,sanitizer,rest  # run's GPU steps, in order (--steps picks some);
+# each benchmark step runs a program and its peer, so a comparison never spans two calls
 MULTIARCH=x86_64-linux-gnu
 
 die() { echo "gpu-check: FAIL: $*" >&2; exit 1; }
@@ -286,20 +288,7 @@ gpu_tests() {
   timeout "$(remaining)" ctest --test-dir "$build" -L '^gpu$' --output-on-failure --timeout 300 \
     --output-junit "$logs/gpu-tests.xml" >"$logs/gpu-tests.log" 2>&1
   local rc=$? counts
-  counts=$(python3 - "$logs/gpu-tests.xml" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
-except Exception as e:
-    print(f"0 0 0 0 no-junit:{e}"); sys.exit()
-run = fail = skip = 0; names = []
-for c in cases:
-    run += 1
-    if c.get("status") == "fail" or c.find("failure") is not None: fail += 1; names.append(c.get("name") + ":failed")
-    elif c.get("status") in ("notrun", "disabled") or c.find("skipped") is not None: skip += 1; names.append(c.get("name") + ":skipped")
-print(run, fail, skip, run - fail - skip, ",".join(names) or "-")
-PY
-)
+  counts=$(python3 "$repo/scripts/gpu_check/junit_counts.py" "$logs/gpu-tests.xml")
   read -r n nfail nskip npass bad <<<"$counts"
   local absent=${missing[*]:+; not registered: ${missing[*]}}
   if [[ $rc -eq 0 && $nfail == 0 && $nskip == 0 && -z $absent && $n -ge ${#expected[@]} ]]; then
@@ -320,15 +309,7 @@ must_pass() {
 # and the command's words, separated by US (0x1f: empty fields survive, unlike with a tab).
 US=$'\x1f'
 sanitizer_targets() {
-  ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>/dev/null | python3 -c '
-import json, sys
-for t in json.load(sys.stdin).get("tests", []):
-    cmd = t.get("command") or []
-    # Scripts and the Python test (torch inside the interpreter: its own kernels, not ours) stay out.
-    if not cmd or cmd[0].endswith(("bash", "sh")) or t["name"].startswith("python."):
-        continue
-    env = [v for p in t.get("properties", []) if p.get("name") == "ENVIRONMENT" for v in p.get("value", [])]
-    print("\x1f".join([t["name"], " ".join(env)] + cmd))'
+  ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>/dev/null | python3 "$repo/scripts/gpu_check/sanitizer_targets.py"
 }
 
 # Nsight Compute's DRAM throughput (% of the peak it knows) for every kernel kernels-bench launches
@@ -346,24 +327,7 @@ ncu_kernels() {
     step_result ncu FAIL "$(elapsed "$t0")" "exit $rc$([[ $rc -eq 124 ]] && echo ' (time budget)'); $(tail -1 "$logs/ncu-kernels.log")"
     return
   fi
-  if python3 - "$logs/ncu-kernels.csv" >"$logs/ncu-kernels.txt" <<'PY'; then
-import csv, sys
-rows = {}
-with open(sys.argv[1], errors="replace") as f:
-    lines = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(lines):
-    key = (int(r.get("ID", 0) or 0), r.get("Kernel Name", "?"))
-    try:
-        rows.setdefault(key, {})[r["Metric Name"]] = float(str(r["Metric Value"]).replace(",", ""))
-    except (KeyError, ValueError):
-        pass
-if not rows:
-    sys.exit("no kernel rows in ncu's CSV")
-print(f"{'launch':>6}  {'DRAM % of peak':>14}  {'DRAM MB':>9}  {'time us':>9}  kernel")
-for (i, name), m in sorted(rows.items()):
-    print(f"{i:>6}  {m.get('dram__throughput.avg.pct_of_peak_sustained_elapsed', float('nan')):>14.1f}  "
-          f"{m.get('dram__bytes.sum', float('nan')) / 1e6:>9.1f}  {m.get('gpu__time_duration.sum', float('nan')) / 1e3:>9.1f}  {name[:110]}")
-PY
+  if python3 "$repo/scripts/gpu_check/ncu_table.py" "$logs/ncu-kernels.csv" >"$logs/ncu-kernels.txt"; then
     step_result ncu PASS "$(elapsed "$t0")" "ncu-kernels.txt: $(($(wc -l <"$logs/ncu-kernels.txt") - 1)) kernel launches"
   else
     step_result ncu FAIL "$(elapsed "$t0")" "ncu's CSV could not be read: $(tail -1 "$logs/ncu-kernels.txt")"
@@ -488,20 +452,20 @@ run() {
   elif configure && read -r -a gpu_parts <<<"$(gpu_targets)" && build_step build-gpu-parts "${gpu_parts[@]}"; then
     # The Python module apart: a nanobind of the image that our bindings do not compile with must
     # cost python.cuda alone, never the other GPU results.
-    want tests && [[ -d $build/python/CMakeFiles/_trainrt.dir ]] && build_step build-python _trainrt
+    { want tests || want trainer; } && [[ -d $build/python/CMakeFiles/_trainrt.dir ]] && build_step build-python _trainrt
     want tests && gpu_tests
     # Device checkpoints on the machine's disk (up to ~17 GiB), not in /tmp, which may be memory.
-    local ckpt_dir=$build/ckpt-bench
-    want bench && must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
-    want bench && must_pass nccl-bench nccl-bench.log "$build/tests/perf/nccl-bench"
-    want bench && must_pass ckpt-device-bench ckpt-device-bench.log "$build/tests/perf/ckpt-device-bench" \
+    # PyTorch peers with their own libraries: nothing of the prefix on their library path.
+    local ckpt_dir=$build/ckpt-bench torch_env=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 -u)
+    want kernels && must_pass kernels-bench kernels-bench.log "$build/tests/perf/kernels-bench" --gpu
+    want kernels && must_pass kernels-torch kernels-torch.log "${torch_env[@]}" "$repo/benchmarks/kernels_torch.py"
+    want nccl && must_pass nccl-bench nccl-bench.log "$build/tests/perf/nccl-bench"
+    want nccl && must_pass nccl-torch nccl-torch.log "${torch_env[@]}" "$repo/benchmarks/nccl_torch.py" \
+      --runtime-log "$logs/nccl-bench.log"
+    want ckpt && must_pass ckpt-device-bench ckpt-device-bench.log "$build/tests/perf/ckpt-device-bench" \
       --dir "$ckpt_dir" --sizes 1024,8192
-    # PyTorch with its own libraries: nothing of the prefix on its library path.
-    want torch && must_pass kernels-torch kernels-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 "$repo/benchmarks/kernels_torch.py"
-    want torch && must_pass nccl-torch nccl-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 -u \
-      "$repo/benchmarks/nccl_torch.py" --runtime-log "$logs/nccl-bench.log"
-    want torch && must_pass ckpt-device-torch ckpt-device-torch.log env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 -u \
-      "$repo/benchmarks/ckpt_torch.py" --device cuda --dir "$ckpt_dir" 1024 8192
+    want ckpt && must_pass ckpt-device-torch ckpt-device-torch.log "${torch_env[@]}" "$repo/benchmarks/ckpt_torch.py" \
+      --device cuda --dir "$ckpt_dir" 1024 8192
     want trainer && must_pass trainer-resume trainer-resume.log bash "$repo/slurm_examples/trainer/resume_bitwise.sh" \
       "$build/slurm_examples/trainer/train-mlp" cuda 120
     want trainer && must_pass trainer-gpu trainer-gpu.log bash "$repo/benchmarks/trainer_gpu.sh" --build "$build" \

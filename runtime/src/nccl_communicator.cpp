@@ -139,7 +139,7 @@ struct CommHandle {
         throw PeerError(why + "; communicator aborted", "nccl");
       }
       lock.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));  // init and connects take ms
       lock.lock();
     }
   }
@@ -177,11 +177,11 @@ class EventState final : public WorkState {
   bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
   bool wait_for(std::chrono::milliseconds timeout) override {
     const auto until = Clock::now() + timeout;
-    // Yield for the first 200 us (a small collective is done in ~10 us; a fixed 50 us sleep became
-    // ~60-110 us with the kernel's timer slack and inflated every short wait), then sleep with a
-    // doubling nap up to 500 us, so a long wait does not hold a core.
-    const auto spin_until = Clock::now() + std::chrono::microseconds(200);
-    auto nap = std::chrono::microseconds(20);
+    // Yield for the first 2 ms, as a CUDA stream synchronisation spins (PyTorch's): a collective of
+    // up to a few ms is seen done within a microsecond or so. A sleep, even of 50 us, becomes 60-110 us
+    // with the kernel's timer slack and would add that to every such wait. After that, 50 us naps, so
+    // a long wait does not hold a core.
+    const auto spin_until = Clock::now() + std::chrono::milliseconds(2);
     DeviceScope scope(handle_->device);
     while (true) {
       cudaError_t rc = cudaEventQuery(done_);
@@ -205,8 +205,7 @@ class EventState final : public WorkState {
         std::this_thread::yield();
         continue;
       }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(500));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
@@ -362,7 +361,7 @@ void await_init(ncclComm_t comm, std::chrono::milliseconds limit, const std::str
     if (state != ncclInProgress) throw_nccl(state, what);
     if (Clock::now() > deadline)
       throw PeerError(fmt::format("{} did not finish within {} ms; communicator aborted", what, limit.count()), "nccl");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));  // fine enough to time init by
   }
 }
 

@@ -18,8 +18,9 @@
 // with the saved ones after it. A mismatch exits 1. PyTorch DCP's peer is benchmarks/ckpt_torch.py
 // --device cuda; benchmarks/checkpoint_vs_torch.sh --device runs both and prints the ratios.
 //
-// Exit status: 0 measured (sizes without room say "not measured" and are left out), 1 a wrong byte,
-// any CUDA or checkpoint error, 2 usage, 77 no CUDA device ("# no CUDA device: ... not measured").
+// Exit status: 0 measured (sizes without room say "not measured" and are left out; none measured is
+// a failure, 1), 1 a wrong byte, any CUDA or checkpoint error, 2 usage, 77 no CUDA device
+// ("# no CUDA device: ... not measured").
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -35,7 +36,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,9 +58,13 @@ void ck(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorName(rc), cudaGetErrorString(rc)), "cuda");
 }
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// The middle value, or the mean of the two middle ones (as Python's statistics.median, which the
+// PyTorch peer uses: with 2 repeats both sides then report the same statistic).
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 class DeviceBlock {
@@ -308,10 +312,11 @@ bool run_size(const Args& a, const std::string& work, std::size_t mib, bootstrap
   // Restore vs read + H2D, A B A B, pages dropped before each timed read.
   const std::string shard = fmt::format("{}/step_{:012}/rank_{:05}.shard", dir, step, 0u);
   const std::size_t shard_bytes = static_cast<std::size_t>(fs::file_size(shard));
-  if (shard_bytes < bytes) throw Error(fmt::format("{} bytes, fewer than the {} saved", shard_bytes, bytes), shard);
-  std::optional<Pinned> own;  // only if the shard outgrew the slack
+  if (shard_bytes < bytes || shard_bytes > readback_cap)
+    throw Error(fmt::format("{} bytes, outside the {}..{} a shard of {} saved bytes can hold", shard_bytes, bytes,
+                            readback_cap, bytes),
+                shard);
   std::byte* peer_buf = readback.get();
-  if (shard_bytes > readback_cap) peer_buf = own.emplace(shard_bytes).get();
   std::string method;
   double worst_resident = 0;
   auto drop = [&] {
@@ -434,13 +439,16 @@ int main(int argc, char** argv) {
                prop.name, prop.totalGlobalMem / kGiB, driver / 1000, driver % 1000 / 10, runtime / 1000,
                runtime % 1000 / 10, a.tensors, work, filesystem_of(work));
     auto session = bootstrap::Session::single_process();
-    int wrong = 0;
+    int wrong = 0, measured = 0;
     for (std::size_t mib : a.sizes_mib) {
-      run_size(a, work, mib, *session, wrong);
+      measured += run_size(a, work, mib, *session, wrong) ? 1 : 0;
       fs::remove_all(fmt::format("{}/ckpt-{}", work, mib), ec);  // room for the next size
     }
     if (wrong) {
       fmt::print("FAIL: {} wrong result(s)\n", wrong);
+      rc = 1;
+    } else if (measured == 0) {
+      fmt::print("FAIL: no size could be measured (no room for any of them)\n");
       rc = 1;
     }
   } catch (const std::exception& e) {

@@ -71,7 +71,7 @@ case $mode in
     done
     has "step time: train-mlp cpu / torch cpu [0-9.]+ \((train-mlp|torch) cpu [0-9.]+x faster\)" "$out" \
       && pass "the train-mlp/torch ratio" || fail "no train-mlp/torch ratio"
-    # Steps 4 and 6 of the timed 3..8 save (every 2); the stall comes from the kept metrics file.
+    # Steps 4, 6 and 8 of the timed 3..8 save (every 2); the stall comes from the kept metrics file.
     has "checkpoint \(train-mlp cpu, every 2\): 3 saves in the timed steps, stall median [0-9.]+ ms" "$out" \
       && pass "the checkpoint stall of 3 saves" || fail "no checkpoint stall line for 3 saves"
     [[ -s $work/o/train-mlp-cpu-h96/metrics_rank0.jsonl && -s $work/o/summary.json && -s $work/o/summary.txt ]] \
