@@ -88,7 +88,10 @@ def main():
     a = ap.parse_args()
     if a.b > a.e or a.f < 2 or a.n < 1 or a.w < 0 or a.r < 0:
         ap.error("need -b <= -e, -f >= 2, -n >= 1, -w >= 0, -r >= 0")
-    rt_init, rt_rows = read_runtime_log(a.runtime_log) if a.runtime_log else ({}, {})
+    try:
+        rt_init, rt_rows = read_runtime_log(a.runtime_log) if a.runtime_log else ({}, {})
+    except OSError as e:
+        ap.error(f"--runtime-log {a.runtime_log}: {e.strerror}")
 
     try:
         import torch
