@@ -16,6 +16,7 @@
 
 #include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/printable.hpp"
 
 namespace {
 
@@ -23,50 +24,8 @@ using namespace trainrt::checkpoint;
 using json = nlohmann::json;
 constexpr int kDamaged = 1, kBadInput = 2;
 
-// Printable text for one value read from a file: valid UTF-8 printable characters pass; control
-// bytes (C0, DEL, C1), line and paragraph separators, bidirectional overrides, bytes that are not
-// UTF-8, and the backslash itself are written as \xNN (backslash: \\).
-std::string printable(std::string_view s) {
-  std::string out;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const auto* end = p + s.size();
-  auto escape = [&](const unsigned char* from, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) out += fmt::format("\\x{:02x}", from[i]);
-  };
-  while (p < end) {
-    const unsigned char c = *p;
-    if (c == '\\') {
-      out += "\\\\";
-      ++p;
-      continue;
-    }
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f) escape(p, 1);
-      else out += static_cast<char>(c);
-      ++p;
-      continue;
-    }
-    const std::size_t n = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    std::uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-    bool ok = n != 0 && static_cast<std::size_t>(end - p) >= n;
-    for (std::size_t i = 1; ok && i < n; ++i) {
-      ok = (p[i] & 0xC0) == 0x80;
-      cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    const std::uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
-    if (!ok || cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {  // not UTF-8: one byte at a time
-      escape(p, 1);
-      ++p;
-      continue;
-    }
-    const bool control = (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 || cp == 0x200E || cp == 0x200F ||
-                         (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF;
-    if (control) escape(p, n);
-    else out.append(reinterpret_cast<const char*>(p), n);
-    p += n;
-  }
-  return out;
-}
+// Printable text for one value read from a file (a backslash doubled): trainrt/printable.hpp.
+std::string printable(std::string_view s) { return trainrt::printable_line(s, trainrt::Backslash::doubled); }
 
 std::string human_bytes(std::uint64_t b) {
   if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));

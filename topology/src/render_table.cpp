@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "trainrt/printable.hpp"
 #include "trainrt/topology/env.hpp"
 #include "trainrt/topology/render.hpp"
 
@@ -16,44 +17,10 @@ std::string gib(std::uint64_t bytes) {
 
 std::string or_dash(const std::string& s) { return s.empty() ? "-" : s; }
 
-// Length of the valid UTF-8 sequence at s[i] encoding a printable (non-C1) code point, or 0.
-std::size_t printable_utf8(std::string_view s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned c = b(i);
-  std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  if (n == 2 && c == 0xc2 && b(i + 1) < 0xa0) return 0;   // C1 controls U+0080-U+009F
-  if (n == 3 && c == 0xe0 && b(i + 1) < 0xa0) return 0;   // overlong
-  if (n == 3 && c == 0xed && b(i + 1) >= 0xa0) return 0;  // surrogates
-  if (n == 4 && c == 0xf0 && b(i + 1) < 0x90) return 0;   // overlong
-  if (n == 4 && c == 0xf4 && b(i + 1) >= 0x90) return 0;  // beyond U+10FFFF
-  return n;
-}
-
 }  // namespace
 
-// Names, models and hostnames come from topology files: a control byte (a newline included, since
-// each call is one line), a C1 control or invalid UTF-8 is written as \xNN so it can neither add
-// lines nor drive the terminal.
-std::string escape_line(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += s[i++];
-    } else if (std::size_t n = c >= 0x80 ? printable_utf8(s, i) : 0) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-      ++i;
-    }
-  }
-  return out;
-}
-
+// Names, models and hostnames come from topology files; each call is one line: trainrt/printable.hpp.
+std::string escape_line(std::string_view s) { return printable_line(s, Backslash::keep); }
 
 std::string render_table(const Node& node, const Placement& p) {
   std::string out;

@@ -5,48 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrt/doctor/doctor.hpp"
+#include "trainrt/printable.hpp"
 
 namespace trainrt::doctor {
 
-namespace {
-// Length of the valid UTF-8 sequence at s[i] (shortest form, no surrogates, at most U+10FFFF), 0
-// if none.
-std::size_t utf8_length(const std::string& s, std::size_t i) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  std::size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-  if (c > 0xf4 || n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) >= 0xa0) || (c == 0xf0 && b(i + 1) < 0x90) ||
-      (c == 0xf4 && b(i + 1) >= 0x90))
-    return 0;
-  return n;
-}
-}  // namespace
-
-std::string escape_text(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // Valid UTF-8 passes, except the C1 controls (U+0080..U+009F), which some terminals obey.
-    const std::size_t n = c >= 0x80 ? utf8_length(s, i) : 0;
-    if (n && !(n == 2 && c == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0)) {
-      out.append(s, i, n);
-      i += n;
-      continue;
-    }
-    out += fmt::format("\\x{:02x}", c);
-    ++i;
-  }
-  return out;
-}
+// A backslash as \x5c: trainrt/printable.hpp.
+std::string escape_text(const std::string& s) { return printable_line(s, Backslash::hex); }
 
 namespace {
 
