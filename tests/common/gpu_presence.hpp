@@ -31,29 +31,25 @@ inline GpuPresence probe_gpu() {
   return {};
 }
 
-// For a test program: -1 when a usable device is there (go on); otherwise the exit code to return,
-// with the reason printed: 77 and "SKIPPED: ..." without a GPU, 1 and "FAIL: ..." for a broken
-// CUDA. `what` names what was compiled but not run ("the GPU kernels").
-inline int gpu_presence_exit_code(const char* what) {
-  const GpuPresence p = probe_gpu();
-  if (p.state == GpuPresence::State::absent)
-    std::printf("SKIPPED: no GPU on this machine (%s); %s: compiled, not run\n", p.why.c_str(), what);
-  else if (p.state == GpuPresence::State::broken)
-    std::printf("FAIL: %s\n", p.why.c_str());
+// -1 when a usable device is there (go on); otherwise the exit code to return, with the reason
+// printed: 77 and `absent_line` without a GPU, 1 and "FAIL: ..." for a broken CUDA.
+inline int presence_exit_code(const GpuPresence& p, const std::string& absent_line) {
+  if (p.state == GpuPresence::State::absent) std::printf("%s\n", absent_line.c_str());
+  if (p.state == GpuPresence::State::broken) std::printf("FAIL: %s\n", p.why.c_str());
   std::fflush(stdout);
   return p.state == GpuPresence::State::absent ? 77 : p.state == GpuPresence::State::broken ? 1 : -1;
 }
 
-// For a benchmark: the same, with the lines benchmarks print ("# no CUDA device: WHY; WHAT not
-// measured", which gpu-check and the smoke tests look for).
+// For a test program. `what` names what was compiled but not run ("the GPU kernels").
+inline int gpu_presence_exit_code(const char* what) {
+  const GpuPresence p = probe_gpu();
+  return presence_exit_code(p, "SKIPPED: no GPU on this machine (" + p.why + "); " + what + ": compiled, not run");
+}
+
+// For a benchmark, with the line benchmarks print (gpu-check and the smoke tests look for it).
 inline int bench_gpu_presence_exit_code(const char* what) {
   const GpuPresence p = probe_gpu();
-  if (p.state == GpuPresence::State::absent)
-    std::printf("# no CUDA device: %s; %s not measured\n", p.why.c_str(), what);
-  else if (p.state == GpuPresence::State::broken)
-    std::printf("FAIL: %s\n", p.why.c_str());
-  std::fflush(stdout);
-  return p.state == GpuPresence::State::absent ? 77 : p.state == GpuPresence::State::broken ? 1 : -1;
+  return presence_exit_code(p, "# no CUDA device: " + p.why + "; " + what + " not measured");
 }
 
 }  // namespace trainrt::testing
