@@ -44,6 +44,7 @@
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/fd.hpp"
 
 using namespace trainrt;
 namespace fs = std::filesystem;
@@ -91,20 +92,12 @@ class Pinned {
   void* p_ = nullptr;
 };
 
-class File {
- public:
-  File(const std::string& path, int flags) : fd_(::open(path.c_str(), flags | O_CLOEXEC)) {
-    if (fd_ < 0) throw Error(std::strerror(errno), path);
-  }
-  ~File() { ::close(fd_); }
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
+// An owned descriptor of `path`, or Error naming it.
+Fd open_file(const std::string& path, int flags) {
+  Fd fd(::open(path.c_str(), flags | O_CLOEXEC));
+  if (!fd) throw Error(std::strerror(errno), path);
+  return fd;
+}
 // Runs body(begin, end) over [0, n) split across the cores (the 8 GiB pattern and comparisons
 // would otherwise take seconds of the run).
 template <class F>
@@ -178,9 +171,9 @@ std::uint64_t mem_available() {
 // made durable first (it already is: the checkpoint fsynced it).
 std::string drop_cached(const std::string& path) {
   {
-    File f(path, O_RDONLY);
-    ::fdatasync(f.fd());
-    ::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_DONTNEED);
+    const Fd f = open_file(path, O_RDONLY);
+    ::fdatasync(f.get());
+    ::posix_fadvise(f.get(), 0, 0, POSIX_FADV_DONTNEED);
   }
   int fd = ::open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
   bool dropped = fd >= 0 && ::write(fd, "1", 1) == 1;
@@ -190,11 +183,11 @@ std::string drop_cached(const std::string& path) {
 
 // Fraction of the file's pages in the page cache (mincore).
 double resident_fraction(const std::string& path) {
-  File f(path, O_RDONLY);
+  const Fd f = open_file(path, O_RDONLY);
   struct stat st {};
-  if (::fstat(f.fd(), &st) != 0 || st.st_size == 0) return 0;
+  if (::fstat(f.get(), &st) != 0 || st.st_size == 0) return 0;
   const auto size = static_cast<std::size_t>(st.st_size);
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, f.fd(), 0);
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, f.get(), 0);
   if (m == MAP_FAILED) return -1;
   const long page = ::sysconf(_SC_PAGESIZE);
   std::vector<unsigned char> v((size + page - 1) / page);
@@ -208,11 +201,11 @@ double resident_fraction(const std::string& path) {
 // The restore peer's read: the whole file, sequentially, into `into` (its capacity `cap`), with the
 // same readahead hint the checkpoint reader gives. Returns the bytes read.
 std::size_t read_file(const std::string& path, std::byte* into, std::size_t cap) {
-  File f(path, O_RDONLY);
-  ::posix_fadvise(f.fd(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  const Fd f = open_file(path, O_RDONLY);
+  ::posix_fadvise(f.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   std::size_t got = 0;
   while (got < cap) {
-    const ssize_t r = ::read(f.fd(), into + got, std::min<std::size_t>(64 * kMiB, cap - got));
+    const ssize_t r = ::read(f.get(), into + got, std::min<std::size_t>(64 * kMiB, cap - got));
     if (r < 0) throw Error(std::strerror(errno), path);
     if (r == 0) break;
     got += static_cast<std::size_t>(r);
