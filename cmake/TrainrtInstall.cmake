@@ -5,7 +5,7 @@ set(TRAINRT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/trainrt)
 
 install(TARGETS trainrt EXPORT trainrtTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
-foreach(dir common/include pmix_bootstrap/include kernels/include runtime/include)
+foreach(dir common/include pmix_bootstrap/include kernels/include checkpoint/include runtime/include)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
           FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
           # Shared by the topology loaders and the plugin, not part of libtrainrt's exported API.

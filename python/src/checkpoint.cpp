@@ -23,7 +23,7 @@
 #include "tensor.hpp"
 #include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/checkpoint/manager.hpp"
-#include "trainrt/runtime/stop_signals.hpp"
+#include "trainrt/checkpoint/stop_signals.hpp"
 #include "world.hpp"
 
 namespace trainrt::py {

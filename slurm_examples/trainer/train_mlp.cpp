@@ -30,7 +30,7 @@
 #include "trainrt/kernels/cuda.hpp"
 #include "trainrt/runtime/init.hpp"
 #include "trainrt/runtime/observability.hpp"
-#include "trainrt/runtime/stop_signals.hpp"
+#include "trainrt/checkpoint/stop_signals.hpp"
 
 using namespace trainrt;
 using namespace train_mlp;

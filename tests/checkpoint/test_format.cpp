@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <numeric>
 
-#include "checkpoint/files.hpp"
-#include "checkpoint/shard_format.hpp"
+#include "files.hpp"
+#include "shard_format.hpp"
 
 using namespace trainrt;
 using namespace trainrt::checkpoint;

@@ -99,8 +99,8 @@ class Manager {
 
 }  // namespace trainrt::checkpoint
 
-// The stop-signal helpers moved to trainrt/runtime/stop_signals.hpp; their old names stay here.
-#include "trainrt/runtime/stop_signals.hpp"
+// The stop-signal helpers (stop_signals.hpp, namespace trainrt) under the names they first had here.
+#include "trainrt/checkpoint/stop_signals.hpp"
 
 namespace trainrt::checkpoint {
 using trainrt::install_stop_signals;

@@ -1,4 +1,4 @@
-#include "trainrt/runtime/stop_signals.hpp"
+#include "trainrt/checkpoint/stop_signals.hpp"
 
 #include <signal.h>
 
