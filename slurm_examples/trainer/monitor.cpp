@@ -6,8 +6,8 @@
 #include <cstdlib>
 
 #include "goodput.hpp"
-#include "trainrt/doctor/prometheus.hpp"
-#include "trainrt/doctor/stragglers.hpp"
+#include "trainrt/runtime/prometheus.hpp"
+#include "trainrt/runtime/stragglers.hpp"
 #include "trainrt/error.hpp"
 
 namespace train_mlp {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "trainrt/doctor/prometheus.hpp"
+#include "trainrt/runtime/prometheus.hpp"
 #include "trainrt/error.hpp"
 
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "../checkpoint/thread_world.hpp"
-#include "trainrt/doctor/stragglers.hpp"
+#include "trainrt/runtime/stragglers.hpp"
 #include "trainrt/runtime/communicator.hpp"
 #include "trainrt/runtime/shm_communicator.hpp"
 

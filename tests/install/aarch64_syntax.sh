@@ -16,11 +16,11 @@ done
 mkdir -p "$shim/arch/hwloc" && ln -s /usr/include/x86_64-linux-gnu/hwloc/autogen "$shim/arch/hwloc/autogen"
 cd "$src"
 incs=(-Icommon/include -Itopology/include -Itopology/src -Ispank_plugin/src -Ipmix_bootstrap/include
-      -Ipmix_bootstrap/src -Ikernels/include -Icheckpoint/include -Icheckpoint/src -Iruntime/include -Iruntime/src -isystem "$shim/arch" -isystem "$shim")
+      -Ipmix_bootstrap/src -Ikernels/include -Icheckpoint/include -Icheckpoint/src -Iruntime/include -Iruntime/src -Idoctor/include -isystem "$shim/arch" -isystem "$shim")
 n=0 failed=0
 for f in common/*.cpp topology/src/*.cpp topology/tools/*.cpp spank_plugin/src/*.cpp pmix_bootstrap/src/open_session.cpp \
          pmix_bootstrap/src/single_session.cpp kernels/src/cpu_kernels.cpp checkpoint/src/*.cpp checkpoint/tools/*.cpp \
-         runtime/src/*.cpp runtime/src/*/*.cpp runtime/tools/*.cpp; do
+         runtime/src/*.cpp doctor/src/*.cpp doctor/tools/*.cpp; do
   case $f in *nccl_communicator.cpp | *gloo_communicator.cpp | *hierarchical_communicator.cpp) continue ;; esac
   n=$((n + 1))
   if ! out=$($cxx -std=c++20 -fsyntax-only -DFMT_HEADER_ONLY "${incs[@]}" "$f" 2>&1); then

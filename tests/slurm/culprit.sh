@@ -9,7 +9,7 @@ build=$(cd "$1" && pwd)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$repo/slurm_examples/local-cluster/cluster.sh
 trainer=$build/slurm_examples/trainer/train-mlp
-doctor=$build/runtime/trainrt-doctor
+doctor=$build/doctor/trainrt-doctor
 if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
 for f in "$trainer" "$doctor"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrt/doctor/stragglers.hpp"
+#include "trainrt/runtime/stragglers.hpp"
 
 namespace trainrt::doctor {
 

@@ -1,4 +1,4 @@
-#include "trainrt/doctor/stragglers.hpp"
+#include "trainrt/runtime/stragglers.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "trainrt/doctor/prometheus.hpp"
+#include "trainrt/runtime/prometheus.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
