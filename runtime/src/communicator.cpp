@@ -86,4 +86,26 @@ void Communicator::broadcast(void* buf, std::size_t count, DType dtype, unsigned
 
 void Communicator::barrier() { start_barrier(Mode::Blocking).wait(); }
 
+void Communicator::alltoallv(const void* send, std::span<const std::size_t> send_bytes, void* recv,
+                             std::span<const std::size_t> recv_bytes) {
+  if (send_bytes.size() != size() || recv_bytes.size() != size())
+    throw UsageError(fmt::format("alltoallv: {} send and {} receive sizes for a world of {}", send_bytes.size(),
+                                 recv_bytes.size(), size()),
+                     "collective");
+  auto total = [](std::span<const std::size_t> sizes, const char* which) {
+    std::size_t sum = 0;
+    for (std::size_t n : sizes) {
+      if (n > std::numeric_limits<std::size_t>::max() - sum)
+        throw UsageError(fmt::format("alltoallv: the {} sizes overflow the address space", which), "collective");
+      sum += n;
+    }
+    return sum;
+  };
+  check_pointers("alltoallv", total(send_bytes, "send"), send, send);
+  check_pointers("alltoallv", total(recv_bytes, "receive"), recv, recv);
+  start_alltoallv(send, {send_bytes.begin(), send_bytes.end()}, recv, {recv_bytes.begin(), recv_bytes.end()},
+                  Mode::Blocking)
+      .wait();
+}
+
 }  // namespace trainrt

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -167,6 +168,36 @@ class GlooCommunicator final : public HostCommunicator {
       wrap([&] {
         gloo::BarrierOptions o(context_);
         gloo::barrier(o);
+      });
+    });
+  }
+
+  // Sizes first (an allgather of every rank's send and receive sizes), so a mismatch is a
+  // UsageError on every rank instead of a transfer that waits for bytes that never come.
+  Work start_alltoallv(const void* send, std::vector<std::size_t> send_bytes, void* recv,
+                       std::vector<std::size_t> recv_bytes, Mode mode) override {
+    return submit(mode, [=, this] {
+      wrap([&] {
+        std::vector<std::int64_t> mine, all(2 * size_ * size_);
+        for (std::size_t n : send_bytes) mine.push_back(static_cast<std::int64_t>(n));
+        for (std::size_t n : recv_bytes) mine.push_back(static_cast<std::int64_t>(n));
+        gloo::AllgatherOptions sizes(context_);
+        sizes.setInput(mine.data(), mine.size());
+        sizes.setOutput(all.data(), all.size());
+        gloo::allgather(sizes);
+        for (unsigned s = 0; s < size_; ++s)
+          for (unsigned d = 0; d < size_; ++d)
+            if (all[2 * size_ * s + d] != all[2 * size_ * d + size_ + s])
+              throw UsageError(fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}", s,
+                                           all[2 * size_ * s + d], d, all[2 * size_ * d + size_ + s]),
+                               "gloo");
+        std::uint8_t none = 0;  // gloo wants a buffer even for zero bytes
+        auto* in = send ? static_cast<std::uint8_t*>(const_cast<void*>(send)) : &none;
+        auto* out = recv ? static_cast<std::uint8_t*>(recv) : &none;
+        gloo::AlltoallvOptions o(context_);
+        o.setInput(in, std::vector<std::int64_t>(mine.begin(), mine.begin() + size_));
+        o.setOutput(out, std::vector<std::int64_t>(mine.begin() + size_, mine.end()));
+        gloo::alltoallv(o);
       });
     });
   }

@@ -98,6 +98,12 @@ class HierarchicalCommunicator final : public HostCommunicator {
       if (!root_node) local_->broadcast(buf, count, t, 0);
     });
   }
+  // Pieces go straight between the ranks that hold them: Gloo across all ranks, as reduce_scatter.
+  Work start_alltoallv(const void* send, std::vector<std::size_t> send_bytes, void* recv,
+                       std::vector<std::size_t> recv_bytes, Mode mode) override {
+    return submit(mode, [=, this] { all_->alltoallv(send, send_bytes, recv, recv_bytes); });
+  }
+
   Work start_barrier(Mode mode) override {
     return submit(mode, [this] {
       local_->barrier();  // everyone here has arrived

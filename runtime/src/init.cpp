@@ -69,6 +69,17 @@ std::string Runtime::describe() const {
                      restart_count);
 }
 
+std::unique_ptr<Communicator> make_host_communicator(bootstrap::Session& session, const CommOptions& options) {
+  // TRAINRT_HOST_BACKEND=shm|gloo|hierarchical overrides the choice (shm needs a single-node world).
+  std::string host = env_or("TRAINRT_HOST_BACKEND", session.size() == session.local_size() ? "shm" : "hierarchical");
+  // A peer that dies closes its sockets: let Gloo see EPIPE and report it, not SIGPIPE kill us.
+  if (host != "shm") std::signal(SIGPIPE, SIG_IGN);
+  if (host == "shm") return make_shm_communicator(session, options);
+  if (host == "gloo") return make_gloo_communicator(session, options);
+  if (host == "hierarchical") return make_hierarchical_communicator(session, options);
+  throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
+}
+
 std::unique_ptr<Runtime> init(const InitOptions& options) {
   auto rt = std::make_unique<Runtime>();
   rt->session = bootstrap::Session::open(options.bootstrap);
@@ -83,18 +94,7 @@ std::unique_ptr<Runtime> init(const InitOptions& options) {
   if (int lr = env_int("TRAINRT_LOCAL_RANK", -1); lr >= 0 && static_cast<unsigned>(lr) != rt->local_rank)
     throw Error(fmt::format("TRAINRT_LOCAL_RANK={} but PMIx says local rank {}", lr, rt->local_rank), "init");
 
-  // TRAINRT_HOST_BACKEND=shm|gloo|hierarchical overrides the choice (shm needs a single-node world).
-  std::string host = env_or("TRAINRT_HOST_BACKEND", rt->size == rt->local_size ? "shm" : "hierarchical");
-  // A peer that dies closes its sockets: let Gloo see EPIPE and report it, not SIGPIPE kill us.
-  if (host != "shm") std::signal(SIGPIPE, SIG_IGN);
-  if (host == "shm")
-    rt->host = make_shm_communicator(*rt->session, options.comm);
-  else if (host == "gloo")
-    rt->host = make_gloo_communicator(*rt->session, options.comm);
-  else if (host == "hierarchical")
-    rt->host = make_hierarchical_communicator(*rt->session, options.comm);
-  else
-    throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
+  rt->host = make_host_communicator(*rt->session, options.comm);
 
   if (options.nccl == DeviceComm::Off) {
     rt->device_note = "device communicator off";

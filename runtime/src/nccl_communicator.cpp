@@ -267,6 +267,11 @@ class NcclCommunicator final : public Communicator {
       return ncclBroadcast(buf, buf, count, nccl_type(t), static_cast<int>(root), c, stream_);
     });
   }
+  // Not offered: the exchange serves host-side work (checkpoint restores through the host
+  // communicator); a device alltoallv would need NCCL's grouped send/recv, untested here.
+  Work start_alltoallv(const void*, std::vector<std::size_t>, void*, std::vector<std::size_t>, Mode) override {
+    throw UsageError("alltoallv is a host-memory collective: use the host communicator, not the nccl one", "nccl");
+  }
   Work start_barrier(Mode mode) override {
     // NCCL has no barrier: a one-element allreduce on a private device word is one.
     if (!barrier_word_) {

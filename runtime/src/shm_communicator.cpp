@@ -1,466 +1,124 @@
 #include "trainrt/runtime/shm_communicator.hpp"
 
-#include <fcntl.h>
-#include <fmt/format.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <chrono>
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "mapping.hpp"
-#include "host_communicator.hpp"
-#include "trainrt/cpu_relax.hpp"
-#include "trainrt/error.hpp"
-#include "trainrt/runtime/reduce.hpp"
+#include "shm_group.hpp"
 
 namespace trainrt {
-namespace {
+namespace shm {
 
-constexpr std::uint64_t kMagic = 0x74726e7274736d31ull;  // "trnrtsm1"
-enum class Kind : std::uint8_t { Allreduce = 1, Allgather, Broadcast, Barrier, ReduceScatter };
-
-const char* to_string(Kind k) {
-  switch (k) {
-    case Kind::Allreduce: return "allreduce";
-    case Kind::Allgather: return "allgather";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Barrier: return "barrier";
-    case Kind::ReduceScatter: return "reduce_scatter";
+void ShmCommunicator::open_segment(bootstrap::Session& session) {
+  std::string name;
+  // Rank 0 removes the name on every way out of here: once all have mapped it, or on any failure
+  // (a mapping that fails after ftruncate, a peer that never maps), so /dev/shm never keeps it.
+  struct Unlink {
+    std::string name;
+    ~Unlink() {
+      if (!name.empty()) ::shm_unlink(name.c_str());
+    }
+  } unlink_on_exit;
+  if (rank_ == 0) {
+    std::random_device rd;
+    name = fmt::format("/trainrt-{}-{:08x}", ::getpid(), rd());
+    Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
+    if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
+    unlink_on_exit.name = name;
+    if (::ftruncate(fd.get(), static_cast<off_t>(total_)) != 0)
+      throw Error(fmt::format("cannot size {} to {} bytes: {}", name, total_, std::strerror(errno)), "shm");
+    map(fd, name);
+    auto* h = reinterpret_cast<Header*>(map_.data());
+    h->nranks = size_;
+    h->slot_bytes = slot_bytes_;
+    h->magic = kMagic;
   }
-  return "?";
+  std::vector<std::uint8_t> blob(name.begin(), name.end());
+  auto got = session.broadcast(blob, 0);
+  name.assign(got.begin(), got.end());
+  if (rank_ != 0) {
+    Fd fd(::shm_open(name.c_str(), O_RDWR, 0600));
+    if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
+    map(fd, name);
+    auto* h = reinterpret_cast<Header*>(map_.data());
+    if (h->magic != kMagic || h->nranks != size_ || h->slot_bytes != slot_bytes_)
+      throw Error(fmt::format("segment {} does not match this communicator", name), "shm");
+  }
+  session.barrier();  // everyone has it mapped: the name goes now, so a crash can never leak it
 }
 
-struct Descriptor {
-  std::uint64_t op_seq = 0;
-  std::uint64_t count = 0;
-  std::uint32_t root = 0;
-  Kind kind{};
-  DType dtype{};
-  ReduceOp op{};
-  bool operator==(const Descriptor&) const = default;
-};
-
-// One cache line per counter, so ranks spinning on each other do not share lines.
-struct alignas(64) RankControl {
-  std::atomic<std::uint64_t> arrive{0};
-  char pad0[56];
-  std::atomic<std::uint64_t> done{0};
-  char pad1[56];
-  std::atomic<std::uint32_t> failed{0};
-  std::int32_t pid = 0;
-  std::uint64_t peer_read_addr = 0;  // single-copy collectives: where peers read this rank's data
-  std::uint64_t probe_addr = 0;      // a word peers read once to learn whether they can read us
-  std::atomic<std::uint32_t> can_read_peers{0};  // 1 yes, 2 no; written before the first large copy
-  Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
-};
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
-
-struct Header {
-  std::uint64_t magic;
-  std::uint32_t nranks;
-  std::uint64_t slot_bytes;
-};
-
-std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
-
-// One-phase collectives up to these sizes; above, the two-phase chunked algorithms move less data.
-constexpr std::size_t kSmallBytes = 64 << 10;
-constexpr std::size_t kSmallAllreduce = 16 << 10;
-// From this size per rank, allgather and broadcast read peers' buffers directly (process_vm_readv,
-// one copy, as Open MPI's CMA path does) instead of going through the shared slots (two copies).
-constexpr std::size_t kSingleCopyBytes = 256 << 10;
-
-class ShmCommunicator final : public HostCommunicator {
- public:
-  ShmCommunicator(bootstrap::Session& session, const CommOptions& options)
-      : HostCommunicator("shm"), rank_(session.rank()), size_(session.size()), options_(options) {
-    if (session.size() != session.local_size())
-      throw UsageError(fmt::format("the shared-memory backend spans one node, but the world has {} ranks and {} are local",
-                              session.size(), session.local_size()),
-                  "host communicator");
-    slot_bytes_ = round_up(std::max<std::size_t>(options.slot_bytes, 4096), 4096);
-    ctl_offset_ = 4096;
-    slots_offset_ = round_up(ctl_offset_ + size_ * sizeof(RankControl), 4096);
-    result_offset_ = slots_offset_ + size_ * slot_bytes_;
-    small_offset_ = result_offset_ + 2 * slot_bytes_;
-    total_ = small_offset_ + size_ * 2 * kSmallBytes;
-    // Spinning only pays while every rank has a core; oversubscribed ranks must yield at once.
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    unsigned ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? static_cast<unsigned>(CPU_COUNT(&cpus)) : 1;
-    spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
-    open_segment(session);
-    ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
-    ctl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&probe_);
-    session.barrier();  // every pid is written before anyone checks liveness
-  }
-  ~ShmCommunicator() override { stop_progress(); }
-
-  unsigned rank() const override { return rank_; }
-  unsigned size() const override { return size_; }
-  std::string backend() const override { return "shm"; }
-
-  Work start_allreduce(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op, Mode mode) override {
-    return submit(mode, [=, this] { do_allreduce(in, out, count, dtype, op); });
-  }
-
-  Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
-                            Mode mode) override {
-    return submit(mode, [=, this] { do_reduce_scatter(in, out, count, dtype, op); });
-  }
-
-  Work start_allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) override {
-    return submit(mode, [=, this] { do_allgather(in, out, count, dtype); });
-  }
-
-  Work start_broadcast(void* buf, std::size_t count, DType dtype, unsigned root, Mode mode) override {
-    return submit(mode, [=, this] { do_broadcast(buf, count, dtype, root); });
-  }
-
-  Work start_barrier(Mode mode) override {
-    return submit(mode, [this] {
-      begin({0, 0, 0, Kind::Barrier, DType::F32, ReduceOp::Sum});
-      phase(&RankControl::arrive, "barrier");
-      check_descriptors();
-    });
-  }
-
-  // Peers polling our flag stop waiting for us at once, with a PeerError naming this rank.
-  void on_failure() noexcept override { ctl(rank_).failed.store(1, std::memory_order_release); }
-
- private:
-  RankControl& ctl(unsigned r) const { return reinterpret_cast<RankControl*>(map_.data() + ctl_offset_)[r]; }
-  std::byte* slot(unsigned r) const { return map_.data() + slots_offset_ + r * slot_bytes_; }
-  std::byte* result(std::uint64_t seq) const { return map_.data() + result_offset_ + (seq % 2) * slot_bytes_; }
-  // Per rank and sequence parity: one-phase collectives of at most kSmallBytes.
-  std::byte* small(unsigned r, std::uint64_t seq) const {
-    return map_.data() + small_offset_ + (r * 2 + seq % 2) * kSmallBytes;
-  }
-
-  void open_segment(bootstrap::Session& session) {
-    std::string name;
-    // Rank 0 removes the name on every way out of here: once all have mapped it, or on any failure
-    // (a mapping that fails after ftruncate, a peer that never maps), so /dev/shm never keeps it.
-    struct Unlink {
-      std::string name;
-      ~Unlink() {
-        if (!name.empty()) ::shm_unlink(name.c_str());
-      }
-    } unlink_on_exit;
-    if (rank_ == 0) {
-      std::random_device rd;
-      name = fmt::format("/trainrt-{}-{:08x}", ::getpid(), rd());
-      Fd fd(::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600));
-      if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
-      unlink_on_exit.name = name;
-      if (::ftruncate(fd.get(), static_cast<off_t>(total_)) != 0)
-        throw Error(fmt::format("cannot size {} to {} bytes: {}", name, total_, std::strerror(errno)), "shm");
-      map(fd, name);
-      auto* h = reinterpret_cast<Header*>(map_.data());
-      h->nranks = size_;
-      h->slot_bytes = slot_bytes_;
-      h->magic = kMagic;
-    }
-    std::vector<std::uint8_t> blob(name.begin(), name.end());
-    auto got = session.broadcast(blob, 0);
-    name.assign(got.begin(), got.end());
-    if (rank_ != 0) {
-      Fd fd(::shm_open(name.c_str(), O_RDWR, 0600));
-      if (!fd) throw Error(fmt::format("shm_open({}) failed: {}", name, std::strerror(errno)), "shm");
-      map(fd, name);
-      auto* h = reinterpret_cast<Header*>(map_.data());
-      if (h->magic != kMagic || h->nranks != size_ || h->slot_bytes != slot_bytes_)
-        throw Error(fmt::format("segment {} does not match this communicator", name), "shm");
-    }
-    session.barrier();  // everyone has it mapped: the name goes now, so a crash can never leak it
-  }
-
-  void map(const Fd& fd, const std::string& name) {
-    void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-    if (p == MAP_FAILED) throw Error(fmt::format("mmap of {} failed: {}", name, std::strerror(errno)), "shm");
-    new (&map_) Mapping(p, total_);
-  }
-
-  void begin(Descriptor d) {
-    d.op_seq = ++op_seq_;
-    current_ = d;
-    ctl(rank_).desc[(seq_ + 1) % 2] = d;  // the parity of the arrive that follows
-  }
-
-  // Signals this rank reached `field` for a new sequence number, then waits for all peers.
-  void phase(std::atomic<std::uint64_t> RankControl::*field, const char* what) {
-    const std::uint64_t seq = field == &RankControl::arrive ? ++seq_ : seq_;
-    (ctl(rank_).*field).store(seq, std::memory_order_release);
-    const auto start = std::chrono::steady_clock::now();
-    auto next_check = start + std::chrono::milliseconds(20);
-    for (unsigned r = 0; r < size_; ++r) {
-      unsigned spins = 0;
-      while ((ctl(r).*field).load(std::memory_order_acquire) < seq) {
-        if (++spins < spins_before_yield_) {
-          cpu_relax();
-          continue;
-        }
-        sched_yield();  // more ranks than cores is normal on small nodes
-        if (spins % 64) continue;
-        auto now = std::chrono::steady_clock::now();
-        if (now < next_check) continue;
-        next_check = now + std::chrono::milliseconds(20);
-        fail_if_peer_gone(r, what);
-        if (now - start > options_.timeout)
-          throw PeerError(fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
-                                  to_string(current_.kind), current_.op_seq, what, options_.timeout.count(),
-                                  missing(field, seq)),
-                      "shm");
-      }
-    }
-  }
-
-  void fail_if_peer_gone(unsigned r, const char* what) {
-    if (ctl(rank_).failed.load(std::memory_order_acquire))  // abort() from another thread
-      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted on this rank", rank_, to_string(current_.kind),
-                                  current_.op_seq, what),
-                      "shm");
-    if (ctl(r).failed.load(std::memory_order_acquire))
-      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_, to_string(current_.kind),
-                              current_.op_seq, what, r),
-                  "shm");
-    if (::kill(ctl(r).pid, 0) != 0 && errno == ESRCH)
-      throw PeerError(fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
-                              current_.op_seq, what, r, ctl(r).pid),
-                  "shm");
-  }
-
-  std::string missing(std::atomic<std::uint64_t> RankControl::*field, std::uint64_t seq) const {
-    std::vector<unsigned> late;
-    for (unsigned r = 0; r < size_; ++r)
-      if ((ctl(r).*field).load(std::memory_order_acquire) < seq) late.push_back(r);
-    return fmt::format("{}", fmt::join(late, ","));
-  }
-
-  void check_descriptors() const {
-    for (unsigned r = 0; r < size_; ++r) {
-      const Descriptor& d = ctl(r).desc[seq_ % 2];
-      if (d == current_) continue;
-      throw UsageError(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
-                              "called {} #{} (count {}, {}, {}, root {})",
-                              rank_, to_string(current_.kind), current_.op_seq, current_.count,
-                              to_string(current_.dtype), to_string(current_.op), current_.root, r, to_string(d.kind),
-                              d.op_seq, d.count, to_string(d.dtype), to_string(d.op), d.root),
-                  "shm");
-    }
-  }
-
-  std::size_t chunk_elems(DType dtype) const { return slot_bytes_ / size_of(dtype); }
-
-  // Single copies need the kernel to let us read our peers (same user, no ptrace restrictions, no
-  // seccomp filter). Settled at the first large allgather/broadcast, so start-up pays nothing:
-  // every rank probes every peer and all must succeed, because ranks on different paths would
-  // never meet. TRAINRT_SHM_SINGLE_COPY=0 on any rank turns it off for all.
-  bool can_read_every_peer() const {
-    const char* env = std::getenv("TRAINRT_SHM_SINGLE_COPY");
-    if (env && std::string(env) == "0") return false;
-    for (unsigned r = 0; r < size_; ++r) {
-      std::uint64_t seen = 0;
-      iovec local{&seen, sizeof seen}, remote{reinterpret_cast<void*>(ctl(r).probe_addr), sizeof seen};
-      if (::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0) != sizeof seen || seen != kMagic) return false;
-    }
-    return true;
-  }
-
-  // The first phase of a large allgather/broadcast: publish where peers read us, arrive, check
-  // the calls match; on the first such call also settle single copies (flags written before the
-  // arrive are visible after it). False: the caller runs the slot algorithm from its start.
-  bool arrive_for_single_copy(const void* addr) {
-    const bool deciding = single_copy_ == SingleCopy::Unknown;
-    if (deciding) ctl(rank_).can_read_peers.store(can_read_every_peer() ? 1 : 2, std::memory_order_release);
-    ctl(rank_).peer_read_addr = reinterpret_cast<std::uint64_t>(addr);
+void ShmCommunicator::do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
+  begin({0, count, 0, Kind::Allreduce, dtype, op});
+  const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
+  const auto* in = static_cast<const std::byte*>(in_v);
+  auto* out = static_cast<std::byte*>(out_v);
+  std::vector<const void*> inputs(size_);
+  if (count * es <= kSmallAllreduce) {
+    // One phase: everyone stages everything and reduces everything, in the same rank order.
+    std::memcpy(small(rank_, seq_ + 1), in, count * es);
     phase(&RankControl::arrive, "stage");
     check_descriptors();
-    if (deciding) {
-      bool all = true;
-      for (unsigned r = 0; r < size_; ++r) all = all && ctl(r).can_read_peers.load(std::memory_order_acquire) == 1;
-      single_copy_ = all ? SingleCopy::Yes : SingleCopy::No;
-      if (!all) {
-        phase(&RankControl::done, "probe");  // close this round; the slot rounds follow
-        ctl(rank_).desc[(seq_ + 1) % 2] = current_;  // for their first arrive, one parity on
-      }
-    }
-    return single_copy_ == SingleCopy::Yes;
+    for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_);
+    reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
+    return;
   }
+  std::size_t base = 0;
+  do {
+    const std::size_t m = std::min(chunk, count - base);
+    auto lo = [&](unsigned r) { return m * r / size_; };
+    const std::size_t my_lo = lo(rank_), my_hi = lo(rank_ + 1);
+    // Stage what the peers reduce; our own slice is read straight from `in`.
+    std::memcpy(slot(rank_), in + base * es, my_lo * es);
+    std::memcpy(slot(rank_) + my_hi * es, in + (base + my_hi) * es, (m - my_hi) * es);
+    phase(&RankControl::arrive, "stage");
+    if (base == 0) check_descriptors();
+    for (unsigned r = 0; r < size_; ++r)
+      inputs[r] = r == rank_ ? static_cast<const void*>(in + (base + my_lo) * es) : slot(r) + my_lo * es;
+    std::byte* mine = out + (base + my_lo) * es;
+    reduce_inputs(inputs.data(), size_, mine, my_hi - my_lo, dtype, op, size_);
+    std::byte* res = result(seq_);
+    std::memcpy(res + my_lo * es, mine, (my_hi - my_lo) * es);
+    phase(&RankControl::done, "reduce");
+    for (unsigned r = 0; r < size_; ++r)
+      if (r != rank_) std::memcpy(out + (base + lo(r)) * es, res + lo(r) * es, (lo(r + 1) - lo(r)) * es);
+    base += m;
+  } while (base < count);
+}
 
-  // Copies `bytes` from rank r's published address into `dst`.
-  void read_peer(unsigned r, std::byte* dst, std::size_t bytes) {
-    const std::uint64_t base = ctl(r).peer_read_addr;
-    std::size_t done = 0;
-    while (done < bytes) {
-      iovec local{dst + done, bytes - done}, remote{reinterpret_cast<void*>(base + done), bytes - done};
-      ssize_t n = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        throw PeerError(fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_, to_string(current_.kind),
-                                current_.op_seq, r, ctl(r).pid, n < 0 ? std::strerror(errno) : "nothing read"),
-                    "shm");
-      done += static_cast<std::size_t>(n);
-    }
+// Rank r's output is block r of the reduction of every rank's size()*count inputs. Each rank
+// stages only the blocks its peers reduce and reduces only its own block, in rank order (so the
+// result equals the same block of an allreduce, bit for bit).
+void ShmCommunicator::do_reduce_scatter(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
+  begin({0, count, 0, Kind::ReduceScatter, dtype, op});
+  const std::size_t es = size_of(dtype);
+  const auto* in = static_cast<const std::byte*>(in_v);
+  auto* out = static_cast<std::byte*>(out_v);
+  std::vector<const void*> inputs(size_);
+  if (count * size_ * es <= kSmallBytes) {
+    std::memcpy(small(rank_, seq_ + 1), in, count * size_ * es);
+    phase(&RankControl::arrive, "stage");
+    check_descriptors();
+    for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_) + rank_ * count * es;
+    reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
+    return;
   }
+  const std::size_t chunk = chunk_elems(dtype) / size_;  // a slot holds one piece per destination
+  std::size_t base = 0;
+  do {
+    const std::size_t m = std::min(chunk, count - base);
+    for (unsigned d = 0; d < size_; ++d)
+      if (d != rank_) std::memcpy(slot(rank_) + d * m * es, in + (d * count + base) * es, m * es);
+    phase(&RankControl::arrive, "stage");
+    if (base == 0) check_descriptors();
+    for (unsigned r = 0; r < size_; ++r)
+      inputs[r] = r == rank_ ? static_cast<const void*>(in + (rank_ * count + base) * es) : slot(r) + rank_ * m * es;
+    reduce_inputs(inputs.data(), size_, out + base * es, m, dtype, op, size_);
+    phase(&RankControl::done, "reduce");  // peers may refill their slots only after everyone read
+    base += m;
+  } while (base < count);
+}
 
-  void do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
-    begin({0, count, 0, Kind::Allreduce, dtype, op});
-    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
-    const auto* in = static_cast<const std::byte*>(in_v);
-    auto* out = static_cast<std::byte*>(out_v);
-    std::vector<const void*> inputs(size_);
-    if (count * es <= kSmallAllreduce) {
-      // One phase: everyone stages everything and reduces everything, in the same rank order.
-      std::memcpy(small(rank_, seq_ + 1), in, count * es);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
-      for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_);
-      reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
-      return;
-    }
-    std::size_t base = 0;
-    do {
-      const std::size_t m = std::min(chunk, count - base);
-      auto lo = [&](unsigned r) { return m * r / size_; };
-      const std::size_t my_lo = lo(rank_), my_hi = lo(rank_ + 1);
-      // Stage what the peers reduce; our own slice is read straight from `in`.
-      std::memcpy(slot(rank_), in + base * es, my_lo * es);
-      std::memcpy(slot(rank_) + my_hi * es, in + (base + my_hi) * es, (m - my_hi) * es);
-      phase(&RankControl::arrive, "stage");
-      if (base == 0) check_descriptors();
-      for (unsigned r = 0; r < size_; ++r)
-        inputs[r] = r == rank_ ? static_cast<const void*>(in + (base + my_lo) * es) : slot(r) + my_lo * es;
-      std::byte* mine = out + (base + my_lo) * es;
-      reduce_inputs(inputs.data(), size_, mine, my_hi - my_lo, dtype, op, size_);
-      std::byte* res = result(seq_);
-      std::memcpy(res + my_lo * es, mine, (my_hi - my_lo) * es);
-      phase(&RankControl::done, "reduce");
-      for (unsigned r = 0; r < size_; ++r)
-        if (r != rank_) std::memcpy(out + (base + lo(r)) * es, res + lo(r) * es, (lo(r + 1) - lo(r)) * es);
-      base += m;
-    } while (base < count);
-  }
+}  // namespace shm
 
-  // Rank r's output is block r of the reduction of every rank's size()*count inputs. Each rank
-  // stages only the blocks its peers reduce and reduces only its own block, in rank order (so the
-  // result equals the same block of an allreduce, bit for bit).
-  void do_reduce_scatter(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {
-    begin({0, count, 0, Kind::ReduceScatter, dtype, op});
-    const std::size_t es = size_of(dtype);
-    const auto* in = static_cast<const std::byte*>(in_v);
-    auto* out = static_cast<std::byte*>(out_v);
-    std::vector<const void*> inputs(size_);
-    if (count * size_ * es <= kSmallBytes) {
-      std::memcpy(small(rank_, seq_ + 1), in, count * size_ * es);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
-      for (unsigned r = 0; r < size_; ++r) inputs[r] = small(r, seq_) + rank_ * count * es;
-      reduce_inputs(inputs.data(), size_, out, count, dtype, op, size_);
-      return;
-    }
-    const std::size_t chunk = chunk_elems(dtype) / size_;  // a slot holds one piece per destination
-    std::size_t base = 0;
-    do {
-      const std::size_t m = std::min(chunk, count - base);
-      for (unsigned d = 0; d < size_; ++d)
-        if (d != rank_) std::memcpy(slot(rank_) + d * m * es, in + (d * count + base) * es, m * es);
-      phase(&RankControl::arrive, "stage");
-      if (base == 0) check_descriptors();
-      for (unsigned r = 0; r < size_; ++r)
-        inputs[r] = r == rank_ ? static_cast<const void*>(in + (rank_ * count + base) * es) : slot(r) + rank_ * m * es;
-      reduce_inputs(inputs.data(), size_, out + base * es, m, dtype, op, size_);
-      phase(&RankControl::done, "reduce");  // peers may refill their slots only after everyone read
-      base += m;
-    } while (base < count);
-  }
-
-  void do_allgather(const void* in_v, void* out_v, std::size_t count, DType dtype) {
-    begin({0, count, 0, Kind::Allgather, dtype, ReduceOp::Sum});
-    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
-    const auto* in = static_cast<const std::byte*>(in_v);
-    auto* out = static_cast<std::byte*>(out_v);
-    if (count * es <= kSmallBytes) {
-      std::memcpy(small(rank_, seq_ + 1), in, count * es);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
-      for (unsigned r = 0; r < size_; ++r) std::memcpy(out + r * count * es, small(r, seq_), count * es);
-      return;
-    }
-    if (single_copy_ != SingleCopy::No && count * es >= kSingleCopyBytes && arrive_for_single_copy(in)) {
-      std::byte* own = out + rank_ * count * es;
-      if (own != in) std::memmove(own, in, count * es);
-      for (unsigned r = 0; r < size_; ++r)
-        if (r != rank_) read_peer(r, out + r * count * es, count * es);
-      phase(&RankControl::done, "gather");  // our `in` must stay put until every peer has read it
-      return;
-    }
-    std::size_t base = 0;
-    do {
-      const std::size_t m = std::min(chunk, count - base);
-      std::memcpy(slot(rank_), in + base * es, m * es);
-      phase(&RankControl::arrive, "stage");
-      if (base == 0) check_descriptors();
-      for (unsigned r = 0; r < size_; ++r) std::memcpy(out + (r * count + base) * es, slot(r), m * es);
-      phase(&RankControl::done, "gather");
-      base += m;
-    } while (base < count);
-  }
-
-  void do_broadcast(void* buf_v, std::size_t count, DType dtype, unsigned root) {
-    begin({0, count, root, Kind::Broadcast, dtype, ReduceOp::Sum});
-    const std::size_t es = size_of(dtype), chunk = chunk_elems(dtype);
-    auto* buf = static_cast<std::byte*>(buf_v);
-    if (count * es <= kSmallBytes) {
-      if (rank_ == root) std::memcpy(small(root, seq_ + 1), buf, count * es);
-      phase(&RankControl::arrive, "stage");
-      check_descriptors();
-      if (rank_ != root) std::memcpy(buf, small(root, seq_), count * es);
-      return;
-    }
-    if (single_copy_ != SingleCopy::No && count * es >= kSingleCopyBytes && arrive_for_single_copy(buf)) {
-      if (rank_ != root) read_peer(root, buf, count * es);
-      phase(&RankControl::done, "copy");
-      return;
-    }
-    std::size_t base = 0;
-    do {
-      const std::size_t m = std::min(chunk, count - base);
-      if (rank_ == root) std::memcpy(slot(root), buf + base * es, m * es);
-      phase(&RankControl::arrive, "stage");
-      if (base == 0) check_descriptors();
-      if (rank_ != root) std::memcpy(buf + base * es, slot(root), m * es);
-      phase(&RankControl::done, "copy");
-      base += m;
-    } while (base < count);
-  }
-
-  unsigned rank_, size_;
-  CommOptions options_;
-  std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, small_offset_ = 0, total_ = 0;
-  unsigned spins_before_yield_ = 16;
-  enum class SingleCopy { Unknown, Yes, No } single_copy_ = SingleCopy::Unknown;
-  const std::uint64_t probe_ = kMagic;
-  Mapping map_;
-  std::uint64_t seq_ = 0, op_seq_ = 0;
-  Descriptor current_;
-};
-
-}  // namespace
 
 std::unique_ptr<Communicator> make_shm_communicator(bootstrap::Session& session, const CommOptions& options) {
-  return std::make_unique<ShmCommunicator>(session, options);
+  return std::make_unique<shm::ShmCommunicator>(session, options);
 }
 
 }  // namespace trainrt

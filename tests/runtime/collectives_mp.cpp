@@ -1,6 +1,8 @@
 // Multi-process collective tests, run by a real PMIx server (mpirun or srun --mpi=pmix).
 //   collectives_mp verify     every collective x dtype x op x size against a scalar reference
 //   collectives_mp mismatch   rank 1 passes a different count: every rank gets a UsageError naming it
+//   collectives_mp alltoallv-mismatch   rank 1 expects a byte more from rank 0 than rank 0 sends:
+//                             every rank gets a UsageError naming the pair (TRAINRT_HOST_BACKEND picks)
 //   collectives_mp die        rank 1 dies before a collective: every other rank's blocking call
 //                             throws PeerError (no wait() involved), fast; TRAINRT_HOST_BACKEND
 //                             picks the backend (shm by default)
@@ -72,6 +74,8 @@ double reference(std::size_t i, DType t, ReduceOp op, unsigned n) {
   store(tmp.data(), 0, t, acc);
   return load(tmp.data(), 0, t);
 }
+
+void verify_alltoallv(Communicator& comm);
 
 void verify(Communicator& comm) {
   const unsigned n = comm.size(), me = comm.rank();
@@ -166,6 +170,7 @@ void verify(Communicator& comm) {
       bad += grads[t][i] != static_cast<float>(reference(t * 4096 + i, DType::F32, ReduceOp::Avg, n));
   check(bad == 0 && bucketer.bucket_count() > 1,
         fmt::format("bucketed allreduce: {} wrong in {} buckets", bad, bucketer.bucket_count()));
+  verify_alltoallv(comm);
 }
 
 // Rank 1 dies; every survivor's next blocking collective must throw PeerError by itself (no
@@ -204,6 +209,49 @@ int die(Communicator& comm, double limit, bool must_name) {
   return 1;
 }
 
+// Irregular personalised exchanges: every pair its own size (zero included), from a few bytes to
+// several slot rounds and past the single-copy threshold; every byte checked.
+std::uint8_t a2a_byte(unsigned s, unsigned d, std::size_t i) { return static_cast<std::uint8_t>(s * 31 + d * 17 + i * 7 + (i >> 8)); }
+std::size_t a2a_size(unsigned s, unsigned d, std::size_t unit) { return ((s * 7 + d * 13) % 5) * unit + (s == d ? 3 : 0); }
+
+void verify_alltoallv(Communicator& comm) {
+  const unsigned n = comm.size(), me = comm.rank();
+  for (std::size_t unit : {std::size_t{1}, std::size_t{1000}, std::size_t{100000}}) {
+    std::vector<std::size_t> sb(n), rb(n);
+    for (unsigned r = 0; r < n; ++r) sb[r] = a2a_size(me, r, unit), rb[r] = a2a_size(r, me, unit);
+    std::vector<std::uint8_t> send, recv;
+    for (unsigned d = 0; d < n; ++d)
+      for (std::size_t i = 0; i < sb[d]; ++i) send.push_back(a2a_byte(me, d, i));
+    std::size_t total = 0;
+    for (auto x : rb) total += x;
+    recv.assign(total, 0xee);
+    comm.alltoallv(send.data(), sb, recv.data(), rb);
+    std::size_t at = 0, bad = 0;
+    for (unsigned s = 0; s < n; ++s)
+      for (std::size_t i = 0; i < rb[s]; ++i) bad += recv[at++] != a2a_byte(s, me, i);
+    check(bad == 0, fmt::format("alltoallv unit {}: {} wrong bytes", unit, bad));
+  }
+}
+
+int alltoallv_mismatch(Communicator& comm) {
+  const unsigned n = comm.size(), me = comm.rank();
+  std::vector<std::size_t> sb(n, 4), rb(n, 4);
+  if (me == 1) rb[0] = 5;
+  std::vector<std::uint8_t> send(4 * n), recv(4 * n + 1);
+  try {
+    comm.alltoallv(send.data(), sb, recv.data(), rb);
+  } catch (const UsageError& e) {
+    const bool named = std::string(e.what()).find("rank 0 sends 4 bytes to rank 1, which expects 5") != std::string::npos;
+    fmt::print("rank {}: {}: {}\n", my_rank, named ? "MISMATCH-DETECTED" : "WRONG-ERROR", e.what());
+    return named ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print("rank {}: WRONG-ERROR (not a UsageError): {}\n", my_rank, e.what());
+    return 1;
+  }
+  fmt::print("rank {}: mismatch NOT detected\n", my_rank);
+  return 1;
+}
+
 // Rank 1 passes a different count: every rank must get a UsageError naming the mismatch.
 int mismatch(Communicator& comm) {
   std::vector<float> buf(1000, 1.f);
@@ -233,6 +281,11 @@ int main(int argc, char** argv) {
     InitOptions io;
     io.comm = opts;
     io.nccl = DeviceComm::Off;
+    if (mode == "alltoallv-mismatch") {
+      auto rt = trainrt::init(io);
+      my_rank = rt->rank;
+      return alltoallv_mismatch(*rt->host);
+    }
     if (mode == "init" || mode == "die") {
       // Through trainrt::init(): TRAINRT_HOST_BACKEND picks the backend (shared memory by default).
       auto rt = trainrt::init(io);
@@ -256,7 +309,7 @@ int main(int argc, char** argv) {
       return failures ? 1 : 0;
     }
     if (mode == "mismatch") return mismatch(*comm);
-    fmt::print(stderr, "unknown mode '{}'; valid: verify, init, mismatch, die\n", mode);
+    fmt::print(stderr, "unknown mode '{}'; valid: verify, init, mismatch, alltoallv-mismatch, die\n", mode);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "rank {}: error: {}\n", my_rank, e.what());

@@ -20,7 +20,9 @@
 #include <cstddef>
 #include <future>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "trainrt/dtype.hpp"
 
@@ -79,6 +81,14 @@ class Communicator {
   void allgather(const void* in, void* out, std::size_t count, DType dtype);
   void broadcast(void* buf, std::size_t count, DType dtype, unsigned root);
   void barrier();
+  // A personalised exchange of bytes in host memory (blocking only): this rank sends send_bytes[d]
+  // bytes to each rank d, the pieces packed in rank order in `send`, and receives recv_bytes[s]
+  // bytes from each rank s, packed in rank order in `recv` (its own piece included). Both spans
+  // hold size() counts. Every rank checks every pair's sizes before any byte moves (shm, or the
+  // transport where it can): a mismatch is a UsageError. The NCCL backend has no alltoallv (a
+  // UsageError): it is for host-side data such as checkpoint restores.
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, void* recv,
+                 std::span<const std::size_t> recv_bytes);
 
   // The same, asynchronous: the buffers must stay untouched until the Work is done.
   [[nodiscard]] Work allreduce_async(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op);
@@ -99,6 +109,8 @@ class Communicator {
   virtual Work start_allgather(const void* in, void* out, std::size_t count, DType dtype, Mode mode) = 0;
   virtual Work start_broadcast(void* buf, std::size_t count, DType dtype, unsigned root, Mode mode) = 0;
   virtual Work start_barrier(Mode mode) = 0;
+  virtual Work start_alltoallv(const void* send, std::vector<std::size_t> send_bytes, void* recv,
+                               std::vector<std::size_t> recv_bytes, Mode mode) = 0;
 };
 
 }  // namespace trainrt

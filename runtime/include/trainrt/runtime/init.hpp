@@ -39,4 +39,9 @@ struct Runtime {
 
 std::unique_ptr<Runtime> init(const InitOptions& options = {});
 
+// The host communicator init() makes, for a session of one's own: shared memory when every rank
+// is on this node, else shared memory inside nodes plus Gloo between them (TRAINRT_HOST_BACKEND
+// overrides: shm, gloo, hierarchical). Collective: every rank of `session` calls it.
+std::unique_ptr<Communicator> make_host_communicator(bootstrap::Session& session, const CommOptions& options = {});
+
 }  // namespace trainrt
