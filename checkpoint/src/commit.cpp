@@ -7,6 +7,10 @@
 
 #include <algorithm>
 
+#include <map>
+
+#include "fingerprint.hpp"
+#include "layout.hpp"
 #include "manager_impl.hpp"
 #include "trainrt/error.hpp"
 
@@ -47,8 +51,13 @@ bool Manager::Impl::has_manifest(std::uint64_t step) const {
   return dir && dir->exists(kManifestName);
 }
 
-SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3) {
+SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3, json& fingerprints) {
   const auto t0 = Clock::now();
+  // This rank's share of each sharded tensor's fingerprint, from the staged copy (restore checks
+  // the reassembled content against their sum, whatever the layout then).
+  fingerprints = json::object();
+  for (const auto& e : entries)
+    if (e.shard) fingerprints[e.name] = layout::hex(layout::chunk_fingerprint(e, staged(e)));
   // Layout: the host-buffer staging as it is (page-aligned, whole pages: written around the page
   // cache), then device buffers and blobs. Readers go by each entry's offset.
   format::ShardWriter w(step, session.rank(), session.size(), staging.data(), staging.size());
@@ -56,9 +65,9 @@ SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::s
   for (const auto& e : entries) {
     const bool replicated = e.sharding == Sharding::Replicated;
     if (e.data && !e.pinned) {
-      w.place(e.name, false, e.dtype, e.shape, replicated, e.staging_offset, e.bytes);
-    } else if (e.data) {
-      w.append(e.name, false, e.dtype, e.shape, replicated, e.pinned, e.bytes);
+      w.place(e.name, false, e.dtype, e.shape, replicated, e.staging_offset, e.bytes, e.shard);
+    } else if (e.data || e.pinned) {
+      w.append(e.name, false, e.dtype, e.shape, replicated, e.pinned, e.bytes, e.shard);
     } else {
       const auto& b = blob_staging[blob_index++];
       w.append(e.name, true, e.dtype, e.shape, replicated, b.data(), b.size());
@@ -80,7 +89,8 @@ SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::s
 // Rank 0, once every rank has synced its shard. Throws only while the step is not committed.
 void Manager::Impl::commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards,
                            const Metadata& metadata) {
-  const std::string text = format::manifest_text(step, session.size(), shards, metadata);
+  // `layout` carries the fingerprints persist() summed; the manifest's tensor table is it.
+  const std::string text = format::manifest_text(step, session.size(), shards, metadata, layout);
   try {
     dir.write_new(kManifestTmp, {{text.data(), text.size()}});
     dir.rename(kManifestTmp, kManifestName);  // the commit point
@@ -174,13 +184,28 @@ void Manager::Impl::retire_older_than(std::uint64_t step) {
   root.fsync();
 }
 
+bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step) {
+  // One exchange in the common case: rank 0's view of the step and whether anyone registered
+  // something since the layout was last agreed. Every rank reads the same answers.
+  json mine = {{"rank", session.rank()}, {"changed", layout_checked_at != registrations}};
+  if (session.rank() == 0) mine["committed"] = has_manifest(step);
+  bool committed = false, changed = false;
+  for (const auto& b : session.allgather(to_blob(mine))) {
+    json r = from_blob(b);
+    if (r.at("rank").get<unsigned>() == 0) committed = r.at("committed").get<bool>();
+    changed = changed || r.at("changed").get<bool>();
+  }
+  if (committed || !changed) return committed;
+  layout = layout::combine(session.allgather(layout::mine(entries)), "save");  // UsageError on every rank alike
+  layout_checked_at = registrations;
+  return false;
+}
+
 void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point t0, const Metadata& metadata,
                             const std::shared_ptr<std::promise<SaveResult>>& promise) {
   const unsigned rank = session.rank();
   try {
-    // Rank 0 decides whether the step is already committed, so every rank takes the same path.
-    json committed = rank == 0 ? json(has_manifest(step)) : json(false);
-    if (from_blob(session.broadcast(to_blob(committed), 0)).get<bool>()) {
+    if (committed_and_layout_agreed(step)) {
       log(fmt::format("checkpoint: step {} is already committed; left as it is (a committed step is never rewritten)", step));
       SaveResult r;
       r.step = step;
@@ -205,8 +230,13 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
                               dir->stat().st_uid),
                   "checkpoint");
     std::string header_xxh3;
-    result = write_shard(step, *dir, header_xxh3);
-    status = {{"ok", true}, {"rank", rank}, {"bytes", result.shard_bytes}, {"header_xxh3", header_xxh3}};
+    json fingerprints;
+    result = write_shard(step, *dir, header_xxh3, fingerprints);
+    status = {{"ok", true},
+              {"rank", rank},
+              {"bytes", result.shard_bytes},
+              {"header_xxh3", header_xxh3},
+              {"fingerprints", fingerprints}};
   } catch (const std::exception& e) {
     status = {{"ok", false}, {"rank", rank}, {"error", e.what()}};
   }
@@ -214,15 +244,19 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     // Every rank reaches this agreement, failed or not, so nobody waits for a rank that gave up.
     std::vector<format::ShardRecord> shards;
     std::string failures;
+    std::map<std::string, std::uint64_t> fingerprint_sums;  // per tensor, over every rank's share
     for (const auto& b : session.allgather(to_blob(status))) {
       json s = from_blob(b);
       const unsigned r = s.at("rank").get<unsigned>();
-      if (s.at("ok").get<bool>())
+      if (s.at("ok").get<bool>()) {
         shards.push_back({r, shard_name(r), s.at("bytes").get<std::uint64_t>(), s.at("header_xxh3").get<std::string>()});
-      else
+        for (const auto& [name, part] : s.at("fingerprints").items())
+          fingerprint_sums[name] = fingerprint::add(fingerprint_sums[name], layout::parse_hex(part.get<std::string>()));
+      } else
         failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, s.at("error").get<std::string>());
     }
     std::sort(shards.begin(), shards.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    for (auto& t : layout) t.fingerprint = layout::hex(fingerprint_sums[t.name]);
     json commit_status = {{"ok", failures.empty()}, {"error", failures}};
     if (rank == 0 && failures.empty()) {
       try {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace trainrt::checkpoint::format::detail {
 
@@ -71,6 +72,20 @@ inline const std::string& str(const json& obj, const char* key, std::size_t max_
   const std::string& s = v.get_ref<const std::string&>();
   if (s.size() > max_bytes) throw Bad(fmt::format("\"{}\" is longer than {} bytes", key, max_bytes));
   return s;
+}
+
+// A list of at most `max_dims` non-negative integers below 2^63 (sizes, offsets).
+inline std::vector<std::int64_t> dims(const json& obj, const char* key, std::size_t max_dims) {
+  const json& v = field(obj, key);
+  if (!v.is_array() || v.size() > max_dims)
+    throw Bad(fmt::format("\"{}\" is not a list of at most {} sizes", key, max_dims));
+  std::vector<std::int64_t> out;
+  for (const auto& d : v) {
+    if (!d.is_number_unsigned() || d.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      throw Bad(fmt::format("\"{}\" holds a value that is not a non-negative integer", key));
+    out.push_back(d.get<std::int64_t>());
+  }
+  return out;
 }
 
 inline bool is_hex16(const std::string& s) {

@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 
+#include <limits>
+
+#include "geometry.hpp"
 #include "manager_impl.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cpu.hpp"
@@ -15,9 +18,9 @@ namespace {
 
 void check_name(const std::string& name, const std::vector<Entry>& entries) {
   if (name.empty() || name.size() > format::kMaxNameBytes || !format::valid_utf8(name))
-    throw Error(fmt::format("an entry name must be 1 to {} bytes of UTF-8", format::kMaxNameBytes), "checkpoint");
+    throw UsageError(fmt::format("an entry name must be 1 to {} bytes of UTF-8", format::kMaxNameBytes), "checkpoint");
   for (const auto& e : entries)
-    if (e.name == name) throw Error(fmt::format("'{}' is registered twice", name), "checkpoint");
+    if (e.name == name) throw UsageError(fmt::format("'{}' is registered twice", name), "checkpoint");
 }
 
 }  // namespace
@@ -34,31 +37,63 @@ Manager::Manager(bootstrap::Session& session, Options options)
 Manager::~Manager() { impl_->join(); }
 
 void Manager::register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
-                              std::vector<std::int64_t> shape, Sharding sharding, Location where) {
-  check_name(name, impl_->entries);
-  if (bytes > impl_->opts.staging_cap_bytes - std::min(impl_->staged_bytes, impl_->opts.staging_cap_bytes))
-    throw Error(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
-                            impl_->opts.staging_cap_bytes),
-                "checkpoint");
+                              std::vector<std::int64_t> shape, Sharding sharding, Location where, void* stream) {
+  if (sharding == Sharding::Sharded)
+    throw UsageError(fmt::format("'{}': a sharded buffer is registered with its Shard (global shape and offsets)", name),
+                     "checkpoint");
+  impl_->add_buffer(name, data, bytes, dtype, std::move(shape), sharding, where, stream, std::nullopt);
+}
+
+void Manager::register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
+                              std::vector<std::int64_t> shape, const Shard& shard, Location where, void* stream) {
+  const geometry::Box box{shard.offsets, shape};
+  if (std::string why = geometry::check_inside(box, shard.global_shape); !why.empty())
+    throw UsageError(fmt::format("'{}': {}", name, why), "checkpoint");
+  if (shard.global_shape.size() > format::kMaxDims)
+    throw UsageError(fmt::format("'{}' has {} dimensions, more than {}", name, shard.global_shape.size(), format::kMaxDims),
+                     "checkpoint");
+  const std::uint64_t elements = *geometry::volume(shape);
+  if (elements > std::numeric_limits<std::size_t>::max() / size_of(dtype) || bytes != elements * size_of(dtype))
+    throw UsageError(fmt::format("'{}' is {} bytes; its chunk of shape {} holds {} elements of {}", name, bytes,
+                                 geometry::to_string(shape), elements, to_string(dtype)),
+                     "checkpoint");
+  impl_->add_buffer(name, data, bytes, dtype, std::move(shape), Sharding::Sharded, where, stream,
+                    format::Sharded{shard.global_shape, shard.offsets});
+}
+
+void Manager::Impl::add_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
+                               std::vector<std::int64_t> shape, Sharding sharding, Location where, void* stream,
+                               std::optional<format::Sharded> shard) {
+  check_name(name, entries);
+  if (bytes > 0 && !data) throw UsageError(fmt::format("'{}': a null buffer of {} bytes", name, bytes), "checkpoint");
+  if (bytes > opts.staging_cap_bytes - std::min(staged_bytes, opts.staging_cap_bytes))
+    throw UsageError(fmt::format("registering '{}' ({} bytes) exceeds the staging cap of {} bytes", name, bytes,
+                                 opts.staging_cap_bytes),
+                     "checkpoint");
   if (bytes % size_of(dtype) != 0)
-    throw Error(fmt::format("'{}' is {} bytes, not a whole number of {} elements", name, bytes, to_string(dtype)), "checkpoint");
+    throw UsageError(fmt::format("'{}' is {} bytes, not a whole number of {} elements", name, bytes, to_string(dtype)),
+                     "checkpoint");
   if (shape.size() > format::kMaxDims)
-    throw Error(fmt::format("'{}' has {} dimensions, more than {}", name, shape.size(), format::kMaxDims), "checkpoint");
-  impl_->join();
-  Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, 0, nullptr};
-  impl_->staged_bytes += bytes;
+    throw UsageError(fmt::format("'{}' has {} dimensions, more than {}", name, shape.size(), format::kMaxDims), "checkpoint");
+  join();
+  Entry e{name, data, nullptr, bytes, dtype, std::move(shape), sharding, 0, nullptr, stream, std::move(shard)};
+  staged_bytes += bytes;
   if (where == Location::Device) {
     e.pinned = pinned_alloc(bytes);
   } else {
-    e.staging_offset = align_up(impl_->staging_end, 64);
-    impl_->staging_end = e.staging_offset + bytes;
-    impl_->staging.resize(align_up(impl_->staging_end, kPage));
+    e.staging_offset = align_up(staging_end, 64);
+    staging_end = e.staging_offset + bytes;
+    staging.resize(align_up(staging_end, kPage));
   }
-  impl_->entries.push_back(std::move(e));
+  entries.push_back(std::move(e));
+  ++registrations;
 }
 
 void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* blob, Sharding sharding) {
   check_name(name, impl_->entries);
+  if (sharding == Sharding::Sharded)
+    throw UsageError(fmt::format("'{}': a blob cannot be sharded (register a buffer with a Shard)", name), "checkpoint");
+  if (!blob) throw UsageError(fmt::format("'{}': a null blob", name), "checkpoint");
   impl_->join();
   Entry e;
   e.name = name;
@@ -66,6 +101,7 @@ void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* 
   e.dtype = DType::I32;
   e.sharding = sharding;
   impl_->entries.push_back(std::move(e));
+  ++impl_->registrations;
 }
 
 std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metadata) {
@@ -82,7 +118,7 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metada
   impl_->blob_staging.clear();
   for (const auto& e : impl_->entries) {
     if (e.pinned) {
-      copy_device_to_host(e.pinned, e.data, e.bytes);
+      copy_device_to_host(e.pinned, e.data, e.bytes, e.stream);
     } else if (e.data) {
       // The bucket-pack kernel's CPU twin: staging is one flat bucket of every registered buffer.
       kernels::ConstTensorRef ref{e.data, e.bytes / size_of(e.dtype)};

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <future>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "files.hpp"
 #include "shard_format.hpp"
 #include "trainrt/checkpoint/manager.hpp"
+#include "trainrt/runtime/communicator.hpp"
 
 namespace trainrt::checkpoint {
 
@@ -30,6 +32,8 @@ struct Entry {
   Sharding sharding = Sharding::PerRank;
   std::size_t staging_offset = 0;       // host buffers only
   void* pinned = nullptr;               // device buffers: their pinned host staging
+  void* stream = nullptr;               // device buffers: the user's stream (null: the whole device)
+  std::optional<format::Sharded> shard;  // Sharding::Sharded: where the chunk sits
 };
 
 // Staging starts and ends on kDirectAlign boundaries, so the shard writer hands it to O_DIRECT in
@@ -67,6 +71,12 @@ struct Manager::Impl {
   std::thread writer;
   std::shared_future<SaveResult> last;
   Metadata restored_metadata;
+  // The sharded layout every rank agreed on at the last save (layout.cpp): valid while no rank
+  // registered anything since, which one exchange of flags per save establishes.
+  std::uint64_t registrations = 0;      // bumped by every registration on this rank
+  std::uint64_t layout_checked_at = ~std::uint64_t{0};  // `registrations` when it was last agreed
+  std::vector<format::TensorRecord> layout;  // every rank's chunks, per tensor
+  std::unique_ptr<Communicator> own_host;    // restore's communicator when Options::host is null
 
   Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
   ~Impl() {
@@ -83,15 +93,22 @@ struct Manager::Impl {
     if (writer.joinable()) writer.join();
   }
 
+  void add_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype, std::vector<std::int64_t> shape,
+                  Sharding sharding, Location where, void* stream, std::optional<format::Sharded> shard);
+
   // ---------------------------------------------------------------- commit.cpp
   // The background half of save(): write, agree, commit, retire.
   void persist(std::uint64_t step, double stall, Clock::time_point t0, const Metadata& metadata,
                const std::shared_ptr<std::promise<SaveResult>>& promise);
+  // Whether `step` is committed (rank 0's view, for all), agreeing on the sharded layout first
+  // when any rank registered something since it was last agreed. Throws UsageError on every rank
+  // when the chunks do not tile their tensors.
+  bool committed_and_layout_agreed(std::uint64_t step);
   // "" when this process may write into the checkpoint directory, else why not (docs/checkpoint.md
   // "Other users"): it must be owned by the effective uid and not writable by others.
   std::string write_refusal() const;
   bool has_manifest(std::uint64_t step) const;
-  SaveResult write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3);
+  SaveResult write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3, nlohmann::json& fingerprints);
   void commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards, const Metadata& metadata);
   void discard(std::uint64_t step);
   void retire_older_than(std::uint64_t step);

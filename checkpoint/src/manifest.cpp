@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
+#include "geometry.hpp"
 #include "json_fields.hpp"
 #include "shard_format.hpp"
 #include "trainrt/error.hpp"
@@ -83,6 +85,71 @@ std::string check_metadata(const Metadata& metadata) {
   return {};
 }
 
+const TensorRecord* Manifest::tensor(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors[it->second];
+}
+
+const ChunkRecord* Manifest::chunk_of(const TensorRecord& t, unsigned rank) const {
+  auto it = std::lower_bound(t.chunks.begin(), t.chunks.end(), rank, [](const ChunkRecord& c, unsigned r) { return c.rank < r; });
+  return it != t.chunks.end() && it->rank == rank ? &*it : nullptr;
+}
+
+std::size_t Manifest::chunks_of(unsigned rank) const { return rank < chunk_count_.size() ? chunk_count_[rank] : 0; }
+
+void Manifest::index() {
+  by_name_.clear();
+  chunk_count_.assign(world_size, 0);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    by_name_.emplace(tensors[i].name, i);
+    for (const auto& c : tensors[i].chunks)
+      if (c.rank < world_size) ++chunk_count_[c.rank];
+  }
+}
+
+namespace {
+
+// The tensor table of a format-2 manifest, every field and count bounded (docs/checkpoint.md
+// "Limits"); the tiling of each tensor is checked by the caller.
+void read_tensors(const json& table, Manifest& out) {
+  if (!table.is_array()) throw Bad("\"tensors\" is not an array");
+  if (table.size() > kMaxEntries) throw Bad(fmt::format("lists more than {} tensors", kMaxEntries));
+  std::size_t chunks = 0;
+  std::set<std::string> names;
+  for (const auto& t : table) {
+    TensorRecord r;
+    r.name = detail::str(t, "name", kMaxNameBytes);
+    if (r.name.empty() || !names.insert(r.name).second) throw Bad("lists a tensor without a name, or one twice");
+    r.dtype = detail::str(t, "dtype", 16);
+    try {
+      parse_dtype(r.dtype);
+    } catch (const Error&) {
+      throw Bad(fmt::format("tensor '{}' has an unknown dtype", r.name));
+    }
+    r.global_shape = detail::dims(t, "global_shape", kMaxDims);
+    r.fingerprint = detail::str(t, "fingerprint", 16);
+    if (!detail::is_hex16(r.fingerprint)) throw Bad(fmt::format("tensor '{}' has a malformed fingerprint", r.name));
+    const json& list = detail::field(t, "chunks");
+    if (!list.is_array()) throw Bad(fmt::format("tensor '{}' has no list of chunks", r.name));
+    if (list.size() > out.world_size || (chunks += list.size()) > kMaxChunks)
+      throw Bad(fmt::format("tensor '{}' has more chunks than ranks, or the table more than {} chunks", r.name, kMaxChunks));
+    for (const auto& c : list) {
+      ChunkRecord chunk;
+      chunk.rank = static_cast<unsigned>(detail::u64(c, "rank", out.world_size - 1));
+      chunk.offsets = detail::dims(c, "offsets", kMaxDims);
+      chunk.shape = detail::dims(c, "shape", kMaxDims);
+      r.chunks.push_back(std::move(chunk));
+    }
+    std::sort(r.chunks.begin(), r.chunks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+    for (std::size_t i = 1; i < r.chunks.size(); ++i)
+      if (r.chunks[i].rank == r.chunks[i - 1].rank)
+        throw Bad(fmt::format("tensor '{}' lists two chunks of rank {}", r.name, r.chunks[i].rank));
+    out.tensors.push_back(std::move(r));
+  }
+}
+
+}  // namespace
+
 std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out) {
   out = Manifest{};
   if (!step_dir.exists(kManifestName)) return "no committed manifest";
@@ -94,7 +161,9 @@ std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out
   }
   try {
     const json j = detail::parse_bounded(text, kMaxJsonDepth);
-    if (detail::u64(j, "format", UINT32_MAX) != kVersion) throw Bad("has another format version");
+    const auto version = detail::u64(j, "format", UINT32_MAX);
+    if (version < kOldestVersion || version > kVersion) throw Bad(fmt::format("has format version {}, this reader knows {} to {}", version, kOldestVersion, kVersion));
+    out.format = static_cast<unsigned>(version);
     if (detail::u64(j, "step", UINT64_MAX) != step) throw Bad("is for another step");
     out.step = step;
     out.world_size = static_cast<unsigned>(detail::u64(j, "world_size", kMaxWorldSize));
@@ -127,6 +196,17 @@ std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out
         out.metadata.emplace(it.key(), it.value().get<std::string>());
       }
     }
+    if (j.contains("tensors")) {
+      if (out.format < 2) throw Bad("has a tensor table in format 1");
+      read_tensors(j.at("tensors"), out);
+    }
+    out.index();
+    for (const auto& t : out.tensors) {
+      std::vector<geometry::Owned> boxes;
+      for (const auto& c : t.chunks) boxes.push_back({c.rank, {c.offsets, c.shape}});
+      if (std::string why = geometry::check_tiling(boxes, t.global_shape); !why.empty())
+        throw Bad(fmt::format("tensor '{}': {}", t.name, why));
+    }
   } catch (const Bad& e) {
     out = Manifest{};
     return fmt::format("{} is corrupt: {}", kManifestName, e.what());
@@ -138,12 +218,22 @@ std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out
 }
 
 std::string manifest_text(std::uint64_t step, unsigned world_size, const std::vector<ShardRecord>& shards,
-                          const Metadata& metadata) {
+                          const Metadata& metadata, const std::vector<TensorRecord>& tensors) {
   json list = json::array();
   for (const auto& s : shards)
     list.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"header_xxh3", s.header_xxh3}});
   json manifest = {{"format", kVersion}, {"step", step},         {"world_size", world_size},
                    {"shards", list},     {"metadata", metadata}};
+  if (!tensors.empty()) {
+    json table = json::array();
+    for (const auto& t : tensors) {
+      json chunks = json::array();
+      for (const auto& c : t.chunks) chunks.push_back({{"rank", c.rank}, {"offsets", c.offsets}, {"shape", c.shape}});
+      table.push_back({{"name", t.name}, {"dtype", t.dtype}, {"global_shape", t.global_shape},
+                       {"fingerprint", t.fingerprint}, {"chunks", chunks}});
+    }
+    manifest["tensors"] = table;
+  }
   return detail::dump_safe(manifest, 2) + "\n";
 }
 

@@ -74,7 +74,7 @@ void Manager::Impl::finish(Candidate& c) {
   std::size_t blob = 0;
   for (auto& e : entries) {
     if (e.pinned) {
-      copy_host_to_device(e.data, e.pinned, e.bytes);
+      copy_host_to_device(e.data, e.pinned, e.bytes, e.stream);
     } else if (e.data) {
       if (!opts.verify_before_load) continue;  // already in place
       kernels::TensorRef ref{e.data, e.bytes / size_of(e.dtype)};

@@ -24,6 +24,19 @@ using detail::json;
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 std::string hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
 
+// "" when a sharded entry of `rank`'s shard is exactly the chunk the manifest lists for it.
+std::string check_chunk(const ShardEntry& s, const Manifest& manifest, unsigned rank) {
+  const TensorRecord* t = manifest.tensor(s.name);
+  const ChunkRecord* c = t ? manifest.chunk_of(*t, rank) : nullptr;
+  if (!c) return fmt::format("tensor '{}': rank {}'s shard holds a chunk the manifest does not list", s.name, rank);
+  if (t->dtype != s.dtype || t->global_shape != s.sharded->global_shape || c->offsets != s.sharded->offsets ||
+      c->shape != s.shape)
+    return fmt::format("tensor '{}': rank {}'s shard and the manifest disagree on its chunk (dtype, global shape, offsets "
+                       "or shape)",
+                       s.name, rank);
+  return {};
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ writer
@@ -32,34 +45,40 @@ ShardWriter::ShardWriter(std::uint64_t step, unsigned rank, unsigned world_size,
     : step_(step), rank_(rank), world_size_(world_size), region_(region), region_bytes_(region_bytes), end_(region_bytes) {}
 
 void ShardWriter::add(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
-                      bool replicated, const void* data, std::size_t offset, std::size_t bytes) {
+                      bool replicated, const void* data, std::size_t offset, std::size_t bytes,
+                      const std::optional<Sharded>& sharded) {
   written_.push_back({name, blob ? "blob" : "buffer", to_string(dtype), shape, offset, bytes,
-                      hex(XXH3_64bits(data, bytes)), replicated});
+                      hex(XXH3_64bits(data, bytes)), replicated, sharded});
 }
 
 void ShardWriter::place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
-                        bool replicated, std::size_t offset, std::size_t bytes) {
+                        bool replicated, std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded) {
   if (offset > region_bytes_ || bytes > region_bytes_ - offset)
     throw Error(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
-  add(name, blob, dtype, shape, replicated, static_cast<const std::byte*>(region_) + offset, offset, bytes);
+  add(name, blob, dtype, shape, replicated, static_cast<const std::byte*>(region_) + offset, offset, bytes, sharded);
 }
 
 void ShardWriter::append(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
-                         bool replicated, const void* data, std::size_t bytes) {
+                         bool replicated, const void* data, std::size_t bytes, const std::optional<Sharded>& sharded) {
   static const std::uint8_t zeros[64] = {};
   const std::size_t offset = static_cast<std::size_t>(align_up(end_, 64));
   if (offset > end_) tail_.push_back({zeros, offset - end_});
   tail_.push_back({data, bytes});
   end_ = offset + bytes;
-  add(name, blob, dtype, shape, replicated, data, offset, bytes);
+  add(name, blob, dtype, shape, replicated, data, offset, bytes, sharded);
 }
 
 const std::vector<Piece>& ShardWriter::finish() {
   json list = json::array();
-  for (const auto& e : written_)
+  for (const auto& e : written_) {
     list.push_back({{"name", e.name},           {"kind", e.kind},   {"dtype", e.dtype},
                     {"shape", e.shape},         {"offset", e.offset}, {"bytes", e.bytes},
                     {"checksum", e.checksum},   {"replicated", e.replicated}});
+    if (e.sharded) {
+      list.back()["global_shape"] = e.sharded->global_shape;
+      list.back()["offsets"] = e.sharded->offsets;
+    }
+  }
   json header = {{"format", kVersion}, {"step", step_}, {"rank", rank_}, {"world_size", world_size_}, {"entries", list}};
   const std::string text = detail::dump_safe(header);
   if (text.size() > kMaxHeaderBytes)
@@ -114,7 +133,8 @@ std::string ShardReader::open(const Dir& step_dir, const Manifest& manifest, con
   std::uint32_t version = 0, len = 0;
   std::memcpy(&version, head + 8, 4);
   std::memcpy(&len, head + 12, 4);
-  if (version != kVersion) return fmt::format("{} has format version {}, this reader knows {}", name_, version, kVersion);
+  if (version < kOldestVersion || version > kVersion)
+    return fmt::format("{} has format version {}, this reader knows {} to {}", name_, version, kOldestVersion, kVersion);
   if (len > kMaxHeaderBytes) return fmt::format("{} claims a {}-byte header, more than the {}-byte limit", name_, len, kMaxHeaderBytes);
   const std::uint64_t data_start = align_up(16 + std::uint64_t{len}, kDataAlign);
   if (data_start > size_) return fmt::format("{} header runs past the file", name_);
@@ -141,7 +161,8 @@ std::string ShardReader::open(const Dir& step_dir, const Manifest& manifest, con
 std::string ShardReader::parse_header(const std::string& text, std::uint64_t data_start, const Manifest& manifest,
                                       const ShardRecord& record) {
   const json h = detail::parse_bounded(text, kMaxJsonDepth);
-  if (detail::u64(h, "format", UINT32_MAX) != kVersion) throw Bad("has another format version");
+  const auto version = detail::u64(h, "format", UINT32_MAX);
+  if (version < kOldestVersion || version > kVersion) throw Bad("has a format version this reader does not know");
   // The header must describe this very slot of this very step: a shard copied from another rank,
   // step or world would otherwise restore someone else's state.
   if (detail::u64(h, "step", UINT64_MAX) != manifest.step) throw Bad(fmt::format("is for another step than {}", manifest.step));
@@ -154,6 +175,7 @@ std::string ShardReader::parse_header(const std::string& text, std::uint64_t dat
   if (list.size() > kMaxEntries) throw Bad(fmt::format("has more than {} entries", kMaxEntries));
   const std::uint64_t data_bytes = size_ - data_start;
   entries_.reserve(list.size());
+  std::size_t sharded_entries = 0;
   for (const auto& e : list) {
     ShardEntry s;
     s.name = detail::str(e, "name", kMaxNameBytes);
@@ -167,12 +189,10 @@ std::string ShardReader::parse_header(const std::string& text, std::uint64_t dat
     } catch (const Error&) {
       throw Bad("has an entry of an unknown dtype");
     }
-    const json& shape = detail::field(e, "shape");
-    if (!shape.is_array() || shape.size() > kMaxDims) throw Bad(fmt::format("has a shape that is not a list of at most {} sizes", kMaxDims));
-    for (const auto& d : shape) {
-      if (!d.is_number_integer() || (d.is_number_unsigned() && d.get<std::uint64_t>() > INT64_MAX) || d.get<std::int64_t>() < 0)
-        throw Bad("has a shape with a size that is not a non-negative integer");
-      s.shape.push_back(d.get<std::int64_t>());
+    try {
+      s.shape = detail::dims(e, "shape", kMaxDims);
+    } catch (const Bad&) {
+      throw Bad(fmt::format("has a shape that is not a list of at most {} non-negative sizes", kMaxDims));
     }
     const std::uint64_t offset = detail::u64(e, "offset", data_bytes);
     s.bytes = detail::u64(e, "bytes", UINT64_MAX);
@@ -187,10 +207,27 @@ std::string ShardReader::parse_header(const std::string& text, std::uint64_t dat
       if (!e.at("replicated").is_boolean()) throw Bad("has a \"replicated\" that is not true or false");
       s.replicated = e.at("replicated").get<bool>();
     }
+    if (e.contains("global_shape") || e.contains("offsets")) {
+      if (version < 2 || s.kind != "buffer" || s.replicated) throw Bad(fmt::format("entry '{}' cannot be sharded", s.name));
+      s.sharded = Sharded{detail::dims(e, "global_shape", kMaxDims), detail::dims(e, "offsets", kMaxDims)};
+      if (std::string why = check_chunk(s, manifest, record.rank); !why.empty()) return why;
+      ++sharded_entries;
+    }
     if (!by_name_.emplace(s.name, entries_.size()).second) throw Bad("names one entry twice");
     entries_.push_back(std::move(s));
   }
+  // Every chunk the manifest gives this rank is in its shard (those present were matched above).
+  if (sharded_entries != manifest.chunks_of(record.rank))
+    return fmt::format("{} holds {} chunks of sharded tensors, the manifest lists {} for rank {}", name_, sharded_entries,
+                       manifest.chunks_of(record.rank), record.rank);
   return {};
+}
+
+bool ShardReader::read_piece(const ShardEntry& entry, std::uint64_t offset, std::uint8_t* dst, std::size_t bytes,
+                             XXH3_state_t* state) const {
+  if (offset > entry.bytes || bytes > entry.bytes - offset || !read_at(dst, bytes, entry.offset + offset)) return false;
+  XXH3_64bits_update(state, dst, bytes);
+  return true;
 }
 
 const ShardEntry* ShardReader::find(const std::string& entry_name) const {

@@ -1,5 +1,5 @@
 #pragma once
-// The on-disk format (docs/checkpoint.md, version 1), written and read in one place: step
+// The on-disk format (docs/checkpoint.md, version 2; version 1 still reads), written and read in one place: step
 // directory names, the manifest, the `latest` pointer, and shards (ShardWriter next to
 // ShardReader). Everything read is validated before it is used: sizes are capped, numbers are
 // range-checked, offsets are overflow-safe, and a shard's header must agree with the manifest.
@@ -11,14 +11,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "trainrt/fd.hpp"
 #include "files.hpp"
+#include "trainrt/fd.hpp"
+#include "xxh3.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
 namespace trainrt::checkpoint::format {
 
 constexpr char kMagic[8] = {'T', 'R', 'T', 'S', 'H', 'R', 'D', '1'};
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;        // what writers write
+constexpr std::uint32_t kOldestVersion = 1;  // the oldest readers accept (no sharded entries)
 constexpr std::size_t kDataAlign = 4096;
 
 // Limits on what a file may claim (docs/checkpoint.md "Limits"): nothing read from a file
@@ -31,6 +33,7 @@ constexpr unsigned kMaxWorldSize = 1u << 20;
 constexpr std::size_t kMaxEntries = std::size_t{1} << 20;
 constexpr std::size_t kMaxNameBytes = 4096;
 constexpr std::size_t kMaxDims = 32;
+constexpr std::size_t kMaxChunks = std::size_t{1} << 22;  // chunk records in a manifest, all tensors together
 constexpr unsigned kMaxJsonDepth = 8;
 constexpr std::uint64_t kMaxShardBytes = std::uint64_t{4} << 40;  // 4 TiB per rank
 constexpr std::uint64_t kMaxBlobBytes = std::uint64_t{1} << 30;
@@ -66,20 +69,53 @@ struct ShardRecord {  // one shard as the manifest commits it
   std::string header_xxh3;  // empty in manifests written before it existed
 };
 
+// Where a sharded entry's chunk sits in its global tensor (the chunk's shape is the entry's).
+struct Sharded {
+  std::vector<std::int64_t> global_shape;
+  std::vector<std::int64_t> offsets;
+  bool operator==(const Sharded&) const = default;
+};
+
+struct ChunkRecord {  // one rank's chunk of a global tensor, as the manifest lists it
+  unsigned rank = 0;
+  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> shape;
+};
+
+struct TensorRecord {  // a sharded global tensor (format 2)
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> global_shape;
+  std::string fingerprint;  // fingerprint.hpp, 16 lowercase hex digits
+  std::vector<ChunkRecord> chunks;  // tile the global shape exactly (checked on reading)
+};
+
 struct Manifest {
   std::uint64_t step = 0;
+  unsigned format = kVersion;
   unsigned world_size = 0;
   Metadata metadata;
   std::vector<ShardRecord> shards;  // exactly one per rank, in rank order
+  std::vector<TensorRecord> tensors;  // each one's chunks in rank order
   const ShardRecord* shard_of(unsigned rank) const { return rank < shards.size() ? &shards[rank] : nullptr; }
+  const TensorRecord* tensor(const std::string& name) const;
+  // The chunk `rank` holds of `t`, or null.
+  const ChunkRecord* chunk_of(const TensorRecord& t, unsigned rank) const;
+  std::size_t chunks_of(unsigned rank) const;  // how many chunks `rank` holds, all tensors together
+  void index();  // builds what the three lookups above use (read_manifest calls it)
+
+ private:
+  std::unordered_map<std::string, std::size_t> by_name_;
+  std::vector<std::size_t> chunk_count_;
 };
 
-// "" and `out` filled, or why the step has no usable manifest. A usable manifest has the format,
-// the step of its directory, 1..kMaxWorldSize ranks and exactly one shard record per rank, each
-// naming shard_name(rank).
+// "" and `out` filled, or why the step has no usable manifest. A usable manifest has a format this
+// reader knows, the step of its directory, 1..kMaxWorldSize ranks and exactly one shard record per
+// rank, each naming shard_name(rank); format 2 adds a tensor table whose chunks (at most one per
+// rank and tensor, ranks below world_size) tile each tensor exactly.
 std::string read_manifest(const Dir& step_dir, std::uint64_t step, Manifest& out);
 std::string manifest_text(std::uint64_t step, unsigned world_size, const std::vector<ShardRecord>& shards,
-                          const Metadata& metadata);
+                          const Metadata& metadata, const std::vector<TensorRecord>& tensors = {});
 // "" or why `metadata` cannot be stored (not UTF-8, larger than kMaxMetadataBytes).
 std::string check_metadata(const Metadata& metadata);
 
@@ -92,6 +128,7 @@ struct ShardEntry {
   std::uint64_t bytes = 0;
   std::string checksum;      // XXH3-64, 16 lowercase hex digits
   bool replicated = false;
+  std::optional<Sharded> sharded;  // a chunk of a global tensor (format 2)
 };
 
 // Builds one shard: the data region `region` (entries placed inside it at their own offsets),
@@ -101,10 +138,10 @@ class ShardWriter {
   ShardWriter(std::uint64_t step, unsigned rank, unsigned world_size, const void* region, std::size_t region_bytes);
   // An entry whose bytes already sit in the region at `offset`.
   void place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
-             std::size_t offset, std::size_t bytes);
+             std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded = {});
   // An entry written after the region (and after earlier appended entries).
   void append(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
-              const void* data, std::size_t bytes);
+              const void* data, std::size_t bytes, const std::optional<Sharded>& sharded = {});
   // The pieces of the file in order (valid while this writer and the data live).
   const std::vector<Piece>& finish();
   const std::string& header_xxh3() const { return header_xxh3_; }
@@ -112,7 +149,7 @@ class ShardWriter {
 
  private:
   void add(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
-           const void* data, std::size_t offset, std::size_t bytes);
+           const void* data, std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded);
   std::uint64_t step_;
   unsigned rank_, world_size_;
   const void* region_;
@@ -138,6 +175,11 @@ class ShardReader {
   // Reads the entry into `dst` (its full size), hashing each 1 MiB piece while it is in cache;
   // "" or the problem. With `reuse_piece`, every piece lands in dst's first 1 MiB (checking only).
   std::string read_verified(const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece = false) const;
+  // Reads `bytes` at `offset` inside the entry into `dst`, adding them to `state` (the caller
+  // resets it before the entry's first piece and compares the digest after its last); false on a
+  // short read.
+  bool read_piece(const ShardEntry& entry, std::uint64_t offset, std::uint8_t* dst, std::size_t bytes,
+                  XXH3_state_t* state) const;
 
   static constexpr std::size_t kPiece = std::size_t{1} << 20;
 

@@ -185,7 +185,8 @@ for v in (2**64 - 1, -1, 2**70, 0):
     manifest_case(f"shard bytes {v!r}", setter("bytes", v, "shard"))
 manifest_case("shard file ../../etc/shadow", setter("file", "../../etc/shadow", "shard"))
 manifest_case("header_xxh3 not hex", setter("header_xxh3", "zz", "shard"))
-manifest_case("format 2", setter("format", 2))
+manifest_case("format 3 (unknown)", setter("format", 3))
+manifest_case("format 0", setter("format", 0))
 manifest_case("step of another step", setter("step", 1))
 manifest_case("zero ranks", lambda m: dict(m, world_size=0, shards=[]))
 manifest_case("no shards for one rank", setter("shards", []))
@@ -226,7 +227,7 @@ header_case("one entry twice", lambda h: dict(h, entries=h["entries"] + h["entri
 header_case("step of another step", lambda h: dict(h, step=1))
 header_case("another rank", lambda h: dict(h, rank=1))
 header_case("another world size", lambda h: dict(h, world_size=2))
-header_case("format 2", lambda h: dict(h, format=2))
+header_case("format 3 (unknown)", lambda h: dict(h, format=3))
 for k, v in (("offset", 2**64 - 1), ("offset", -1), ("bytes", 2**64 - 1), ("bytes", -1), ("bytes", 1e300),
              ("shape", [-1]), ("shape", [2**63]), ("shape", [1e300]), ("shape", [1] * 100), ("dtype", "f128"),
              ("kind", "pickle"), ("checksum", "xyz"), ("name", ""), ("replicated", "yes")):

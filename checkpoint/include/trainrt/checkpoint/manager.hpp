@@ -17,6 +17,10 @@
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/dtype.hpp"
 
+namespace trainrt {
+class Communicator;
+}
+
 namespace trainrt::checkpoint {
 
 struct Options {
@@ -33,6 +37,13 @@ struct Options {
   // instead of returning -1. true: read into staging and copy only once every rank has verified
   // (the buffers are never touched by a bad step; restore costs one more copy).
   bool verify_before_load = false;
+  // Restoring sharded state at another world size or split moves chunks between ranks through a
+  // host communicator: this one when given (restore() then issues collectives on it, so nothing
+  // else may use it meanwhile), else one the manager opens for that restore alone.
+  Communicator* host = nullptr;
+  // The bytes a rank holds in flight while resharding (received pieces; plus two pieces of at most
+  // transfer_bytes / world size for reading and sending).
+  std::size_t transfer_bytes = std::size_t{64} << 20;
 };
 
 struct SaveResult {
@@ -49,9 +60,21 @@ struct SaveResult {
 // code version, ...
 using Metadata = std::map<std::string, std::string>;
 
-// Replicated state (e.g. data-parallel weights) may be restored by any world size; sharded state
-// only by the world size that saved it.
-enum class Sharding { PerRank, Replicated };
+// Replicated state (e.g. data-parallel weights) may be restored by any world size; per-rank state
+// only by the world size that saved it; sharded state (a chunk of a global tensor, registered
+// with a Shard) by any world size and any split of the same global tensor.
+enum class Sharding { PerRank, Replicated, Sharded };
+
+// This rank's chunk of a global tensor: the registered buffer holds the elements at `offsets`
+// (one per dimension) of a tensor of `global_shape`, row-major in the buffer's own shape. Chunks
+// may be uneven; a rank without a chunk registers an empty one (a size of 0) or nothing. save()
+// checks across ranks that the chunks of each name tile the tensor exactly; restore() reassembles
+// any other split and checks the content against the tensor's fingerprint (docs/checkpoint.md
+// "Sharded tensors").
+struct Shard {
+  std::vector<std::int64_t> global_shape;
+  std::vector<std::int64_t> offsets;
+};
 
 // Where a registered buffer lives. Device buffers are staged through pinned host memory
 // (cudaMallocHost, allocated at registration): the save stall is their device-to-host copy.
@@ -65,9 +88,18 @@ class Manager {
   Manager& operator=(const Manager&) = delete;
 
   // `data` is host memory, or device memory with Location::Device (a CUDA build is needed then).
+  // Device buffers: `stream` is the cudaStream_t that writes and reads the buffer; save() and
+  // restore() order their copies after the work enqueued on it so far (null: after the whole
+  // device). Misuse (a name twice, a size that is not whole elements, Sharding::Sharded without
+  // a Shard) is a UsageError.
   void register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
                        std::vector<std::int64_t> shape, Sharding sharding = Sharding::PerRank,
-                       Location where = Location::Host);
+                       Location where = Location::Host, void* stream = nullptr);
+  // A chunk of a global tensor: `shape` is the chunk's (bytes must be exactly its elements), and
+  // it must lie inside `shard.global_shape` at `shard.offsets` (a UsageError otherwise).
+  void register_buffer(const std::string& name, void* data, std::size_t bytes, DType dtype,
+                       std::vector<std::int64_t> shape, const Shard& shard, Location where = Location::Host,
+                       void* stream = nullptr);
   // Opaque bytes owned by the caller (RNG state, data position, ...): saved as they are at save()
   // time; restore() resizes and fills the vector.
   void register_blob(const std::string& name, std::vector<std::uint8_t>* blob, Sharding sharding = Sharding::PerRank);
@@ -76,7 +108,10 @@ class Manager {
   // rank, or throws trainrt::Error (then no commit happened and earlier checkpoints are intact).
   // A step that is already committed is never rewritten (see SaveResult::already_committed).
   // Throws at once for a step above 2^63-1, metadata that is not UTF-8 or over 1 MiB, or a blob
-  // over 1 GiB (what readers would refuse is never written).
+  // over 1 GiB (what readers would refuse is never written). When the sharded chunks of a name do
+  // not tile their global tensor (overlap, gap, outside it, or ranks disagree on its dtype or
+  // global shape), the future throws UsageError on every rank naming the tensor and the ranks,
+  // and nothing is written.
   std::shared_future<SaveResult> save(std::uint64_t step, Metadata metadata = {});
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that

@@ -1,0 +1,77 @@
+#include "layout.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "fingerprint.hpp"
+#include "geometry.hpp"
+#include "json_fields.hpp"
+#include "trainrt/error.hpp"
+
+namespace trainrt::checkpoint::layout {
+
+using json = nlohmann::json;
+
+bootstrap::Blob mine(const std::vector<Entry>& entries) {
+  json list = json::array();
+  for (const auto& e : entries)
+    if (e.shard)
+      list.push_back({{"name", e.name}, {"dtype", to_string(e.dtype)}, {"global_shape", e.shard->global_shape},
+                      {"offsets", e.shard->offsets}, {"shape", e.shape}});
+  return to_blob(list);
+}
+
+std::vector<format::TensorRecord> combine(const std::vector<bootstrap::Blob>& gathered, const char* when) {
+  std::map<std::string, format::TensorRecord> tensors;
+  std::map<std::string, unsigned> first_rank;  // who first named each tensor, for messages
+  for (unsigned rank = 0; rank < gathered.size(); ++rank) {
+    for (const auto& c : from_blob(gathered[rank])) {
+      const std::string name = c.at("name").get<std::string>();
+      auto [it, fresh] = tensors.try_emplace(name);
+      format::TensorRecord& t = it->second;
+      const auto dtype = c.at("dtype").get<std::string>();
+      const auto global = c.at("global_shape").get<std::vector<std::int64_t>>();
+      if (fresh) {
+        t.name = name, t.dtype = dtype, t.global_shape = global;
+        first_rank[name] = rank;
+      } else if (t.dtype != dtype || t.global_shape != global) {
+        throw UsageError(fmt::format("{}: tensor '{}' is {} of global shape {} on rank {} but {} of {} on rank {}", when,
+                                     name, t.dtype, geometry::to_string(t.global_shape), first_rank[name], dtype,
+                                     geometry::to_string(global), rank),
+                         "checkpoint");
+      }
+      t.chunks.push_back({rank, c.at("offsets").get<std::vector<std::int64_t>>(), c.at("shape").get<std::vector<std::int64_t>>()});
+    }
+  }
+  std::vector<format::TensorRecord> out;
+  for (auto& [name, t] : tensors) {
+    std::vector<geometry::Owned> boxes;
+    for (const auto& c : t.chunks) boxes.push_back({c.rank, {c.offsets, c.shape}});
+    if (std::string why = geometry::check_tiling(boxes, t.global_shape); !why.empty())
+      throw UsageError(fmt::format("{}: tensor '{}': the registered chunks do not tile it: {}", when, name, why), "checkpoint");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where, const std::vector<std::int64_t>& shape,
+                                DType dtype, const std::byte* data) {
+  const fingerprint::Powers powers(fingerprint::point_for(name));
+  const geometry::Box chunk{where.offsets, shape}, whole{std::vector<std::int64_t>(shape.size(), 0), where.global_shape};
+  const std::uint64_t es = size_of(dtype);
+  std::uint64_t sum = 0;
+  geometry::for_each_run(chunk, {&chunk, &whole}, [&](const std::vector<std::uint64_t>& at, std::uint64_t n) {
+    sum = fingerprint::add(sum, fingerprint::run(powers, data + at[0] * es, n * es, at[1] * es));
+  });
+  return sum;
+}
+
+std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data) {
+  return chunk_fingerprint(e.name, *e.shard, e.shape, e.dtype, data);
+}
+
+std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
+std::uint64_t parse_hex(const std::string& s) { return std::stoull(s, nullptr, 16); }
+
+}  // namespace trainrt::checkpoint::layout

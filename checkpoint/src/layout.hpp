@@ -1,0 +1,29 @@
+#pragma once
+// The sharded layout: which rank holds which chunk of which global tensor. Each rank knows its own
+// chunks; save() and restore() gather everyone's through the bootstrap and check that the chunks
+// of every tensor agree on its dtype and global shape and tile it exactly.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "manager_impl.hpp"
+
+namespace trainrt::checkpoint::layout {
+
+// This rank's sharded entries, for an allgather: [{name, dtype, global_shape, offsets, shape}].
+bootstrap::Blob mine(const std::vector<Entry>& entries);
+
+// Every rank's chunks per tensor (tensors in name order, chunks in rank order) from the gathered
+// blobs; throws UsageError naming the tensor and the ranks when the chunks disagree on the dtype
+// or global shape or do not tile the tensor. `when` starts the message ("save", "restore").
+std::vector<format::TensorRecord> combine(const std::vector<bootstrap::Blob>& gathered, const char* when);
+
+// This rank's share of the fingerprint of `e`'s global tensor, its chunk's bytes at `data`.
+std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data);
+std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where,
+                                const std::vector<std::int64_t>& shape, DType dtype, const std::byte* data);
+
+std::string hex(std::uint64_t v);
+std::uint64_t parse_hex(const std::string& s);  // 16 lowercase hex digits, already validated
+
+}  // namespace trainrt::checkpoint::layout
