@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainrt/error.hpp"
+#include "trainrt/kernels/alignment.hpp"
 #include "trainrt/kernels/cuda.hpp"
 #include "trainrt/kernels/element_ops.hpp"
 

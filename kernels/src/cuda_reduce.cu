@@ -147,6 +147,8 @@ __global__ void __launch_bounds__(kThreads)
 void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
     throw Error(fmt::format("l2_norm takes f32, f16 or bf16, not {}", to_string(dtype)), "kernels");
+  require_aligned(tensors, n, size_of(dtype), "cuda::l2_norm", "tensors");
+  require_aligned(result, alignof(double), "cuda::l2_norm", "result");
   const int tag = dtype == DType::F16 ? 1 : dtype == DType::BF16 ? 2 : 0;
   const std::size_t vec_align = tag == 0 ? 16 : 8;
   // Scratch: [counter, 16 bytes][table][partials], the first two uploaded in one copy.
@@ -180,6 +182,7 @@ void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* 
 }
 
 void block_digests(const void* data, std::size_t bytes, std::uint64_t* digests, Stream stream) {
+  require_aligned(digests, alignof(std::uint64_t), "cuda::block_digests", "digests");
   const std::size_t blocks = std::max<std::size_t>(1, (bytes + kChecksumBlock - 1) / kChecksumBlock);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&digest_kernel), blocks);
   digest_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<const unsigned char*>(data), bytes, blocks, digests);
