@@ -222,8 +222,10 @@ void adamw_launch(const TensorRef* params, const ConstTensorRef* grads, const Te
   const cudaStream_t s = as_stream(stream);
   table.finish(s);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&adamw_kernel<Bf16>), units);
+  probe_before(s);
   adamw_kernel<Bf16><<<grid, kThreads, 0, s>>>(table.inline_part, table.device, table.size(), units,
                                                adamw_scalars(config), found_inf);
+  probe_after(s);
   check(cudaGetLastError(), "adamw_kernel launch");
   table.release();
 }
@@ -238,7 +240,9 @@ void cast_to_half(const float* in, std::uint16_t* out, std::size_t count, float 
   require_aligned(flag, alignof(int), "cuda::cast_to_half", "flag");
   const CastShape shape = cast_shape(in, count);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&to_half_kernel), std::max<std::size_t>(1, (shape.groups + kThreads - 1) / kThreads));
+  probe_before(as_stream(stream));
   to_half_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(in, out, count, shape, scale, kind == HalfKind::BF16, flag);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "to_half_kernel launch");
 }
 
@@ -250,7 +254,9 @@ void cast_from_half(const std::uint16_t* in, float* out, std::size_t count, floa
   require_aligned(flag, alignof(int), "cuda::cast_from_half", "flag");
   const CastShape shape = cast_shape(out, count);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&from_half_kernel), std::max<std::size_t>(1, (shape.groups + kThreads - 1) / kThreads));
+  probe_before(as_stream(stream));
   from_half_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(in, out, count, shape, scale, kind == HalfKind::BF16, flag);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "from_half_kernel launch");
 }
 

@@ -172,7 +172,9 @@ void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* 
   // No tensor (or only empty ones): one block with no chunks still writes sqrt(0) = 0.
   auto launch = [&](auto kernel) {
     const unsigned grid = grid_size(reinterpret_cast<const void*>(kernel), std::max<std::size_t>(1, chunks));
+    probe_before(s);
     kernel<<<grid, kThreads, 0, s>>>(table, count, chunks, partials, counter, result);
+    probe_after(s);
   };
   if (tag == 0) launch(&norm_kernel<0>);
   else if (tag == 1) launch(&norm_kernel<1>);
@@ -185,7 +187,9 @@ void block_digests(const void* data, std::size_t bytes, std::uint64_t* digests, 
   require_aligned(digests, alignof(std::uint64_t), "cuda::block_digests", "digests");
   const std::size_t blocks = std::max<std::size_t>(1, (bytes + kChecksumBlock - 1) / kChecksumBlock);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&digest_kernel), blocks);
+  probe_before(as_stream(stream));
   digest_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<const unsigned char*>(data), bytes, blocks, digests);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "digest_kernel launch");
 }
 

@@ -57,6 +57,13 @@ void adamw_bf16_master(const TensorRef* params_bf16, const ConstTensorRef* grads
                        const TensorRef* m, const TensorRef* v, std::size_t n, const AdamWConfig& config,
                        const int* found_inf, Stream stream);
 
+// For benchmarks (kernels-bench): while set on this thread, each function above records `before`
+// on its stream right before its kernel launch and `after` right after it (two cudaEvent_t made
+// with timing), so a kernel's own time can be read apart from the work its call does around it
+// (the upload of a tensor table, scratch from the pool). Each call with work launches exactly one
+// kernel; one without (zero elements) records nothing. nullptr, nullptr: off, the default.
+void set_launch_events(void* before, void* after);
+
 // One digest per 64 KiB block into `digests` (device, max(1, ceil(bytes / 64 KiB)) entries),
 // equal to cpu::block_digests; combine on the host with cpu::combine_digests. `data`: any
 // alignment; `digests`: 8-byte aligned.
