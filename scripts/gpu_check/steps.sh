@@ -109,7 +109,7 @@ sanitize_one() {
   local tool=$1 name=$2 log=sanitizer-$1-$2.log summary; shift 2
   run_timed "$tool $name" "$log" "$sanitize_cap" "$@"
   local rc=$?
-  summary=$(grep -oE 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard[s]?' "$logs/$log" | tail -1)
+  summary=$(grep -oE 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazard[s]?' "$logs/$log" 2>/dev/null | tail -1)
   [[ -n $summary ]] && results[-1]+="; $summary"
   return $rc
 }
