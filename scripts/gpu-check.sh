@@ -145,6 +145,8 @@ run() {
   mkdir -p "$out" || die "cannot create $out"
   out=$(cd "$out" && pwd)
   logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)/logs && mkdir -p "$logs" || die "no temporary folder for the logs"
+  # Every log is in the archive in the output folder by the time the run ends (die included).
+  trap 'rm -rf "${logs%/logs}"' EXIT
   reporting=1  # from here on, every row and every die rewrites the report
   ((no_gpu)) || require_gpu
   preflight
