@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainrt/error.hpp"
+#include "trainrt/kernels/alignment.hpp"
 #include "trainrt/kernels/cuda.hpp"
 #include "trainrt/kernels/element_ops.hpp"
 
@@ -21,6 +22,10 @@ static_assert(kThreads == static_cast<int>(kLanes), "one thread per lane");
 // Throws trainrt::Error("<what>: <CUDA error name>: <text>") unless rc is cudaSuccess.
 void check(cudaError_t rc, const char* what);
 inline cudaStream_t as_stream(Stream s) { return static_cast<cudaStream_t>(s); }
+
+// cuda.hpp's set_launch_events: record this thread's `before` / `after` event on the stream, if set.
+void probe_before(cudaStream_t stream);
+void probe_after(cudaStream_t stream);
 
 // Blocks for a kernel over `units` work units: kWaves x the SM count x the blocks of `kernel` that
 // fit on one SM (both queried once per device and cached), at most `units`, at least 1. Blocks

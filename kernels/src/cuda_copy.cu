@@ -79,7 +79,9 @@ void copy_tensors(HostTable<CopyDesc, kCopyInline>& table, std::size_t units, St
   const cudaStream_t s = as_stream(stream);
   table.finish(s);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&copy_kernel), units);
+  probe_before(s);
   copy_kernel<<<grid, kThreads, 0, s>>>(table.inline_part, table.device, table.size(), units);
+  probe_after(s);
   check(cudaGetLastError(), "copy_kernel launch");
   table.release();
 }

@@ -56,6 +56,20 @@ void check(cudaError_t rc, const char* what) {
     throw Error(fmt::format("{}: {}: {}", what, cudaGetErrorName(rc), cudaGetErrorString(rc)), "cuda kernels");
 }
 
+namespace {
+struct LaunchEvents {
+  cudaEvent_t before = nullptr, after = nullptr;
+};
+thread_local LaunchEvents t_probe;
+}  // namespace
+
+void probe_before(cudaStream_t stream) {
+  if (t_probe.before) check(cudaEventRecord(t_probe.before, stream), "cudaEventRecord (launch probe, before)");
+}
+void probe_after(cudaStream_t stream) {
+  if (t_probe.after) check(cudaEventRecord(t_probe.after, stream), "cudaEventRecord (launch probe, after)");
+}
+
 unsigned grid_size(const void* kernel, std::size_t units) {
   const int dev = current_device();
   int sms = 0, per_sm = 0;
@@ -100,6 +114,10 @@ void Scratch::upload(std::size_t offset, const void* src, std::size_t n) {
 }
 
 }  // namespace detail
+
+void set_launch_events(void* before, void* after) {
+  detail::t_probe = {static_cast<cudaEvent_t>(before), static_cast<cudaEvent_t>(after)};
+}
 
 bool device_available() {
   int n = 0;

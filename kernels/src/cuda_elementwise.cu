@@ -196,6 +196,15 @@ int common_head(const AdamDesc& d, bool bf16) {
 template <bool Bf16>
 void adamw_launch(const TensorRef* params, const ConstTensorRef* grads, const TensorRef* master, const TensorRef* m,
                   const TensorRef* v, std::size_t n, const AdamWConfig& config, const int* found_inf, Stream stream) {
+  // Even the scalar path loads every element whole (f32: 4 bytes, bf16: 2).
+  const char* fn = Bf16 ? "cuda::adamw_bf16_master" : "cuda::adamw_f32";
+  const std::size_t p_align = Bf16 ? 2 : 4;
+  require_aligned(params, n, p_align, fn, Bf16 ? "params_bf16" : "params");
+  require_aligned(grads, n, p_align, fn, Bf16 ? "grads_bf16" : "grads");
+  if (master) require_aligned(master, n, 4, fn, "master");
+  require_aligned(m, n, 4, fn, "m");
+  require_aligned(v, n, 4, fn, "v");
+  require_aligned(found_inf, alignof(int), fn, "found_inf");
   HostTable<AdamDesc, kAdamInline> table;
   std::size_t units = 0;
   for (std::size_t t = 0; t < n; ++t) {
@@ -213,8 +222,10 @@ void adamw_launch(const TensorRef* params, const ConstTensorRef* grads, const Te
   const cudaStream_t s = as_stream(stream);
   table.finish(s);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&adamw_kernel<Bf16>), units);
+  probe_before(s);
   adamw_kernel<Bf16><<<grid, kThreads, 0, s>>>(table.inline_part, table.device, table.size(), units,
                                                adamw_scalars(config), found_inf);
+  probe_after(s);
   check(cudaGetLastError(), "adamw_kernel launch");
   table.release();
 }
@@ -224,18 +235,28 @@ void adamw_launch(const TensorRef* params, const ConstTensorRef* grads, const Te
 void cast_to_half(const float* in, std::uint16_t* out, std::size_t count, float scale, HalfKind kind, int* flag,
                   Stream stream) {
   if (count == 0) return;
+  require_aligned(in, alignof(float), "cuda::cast_to_half", "in");
+  require_aligned(out, alignof(std::uint16_t), "cuda::cast_to_half", "out");
+  require_aligned(flag, alignof(int), "cuda::cast_to_half", "flag");
   const CastShape shape = cast_shape(in, count);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&to_half_kernel), std::max<std::size_t>(1, (shape.groups + kThreads - 1) / kThreads));
+  probe_before(as_stream(stream));
   to_half_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(in, out, count, shape, scale, kind == HalfKind::BF16, flag);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "to_half_kernel launch");
 }
 
 void cast_from_half(const std::uint16_t* in, float* out, std::size_t count, float scale, HalfKind kind, int* flag,
                     Stream stream) {
   if (count == 0) return;
+  require_aligned(in, alignof(std::uint16_t), "cuda::cast_from_half", "in");
+  require_aligned(out, alignof(float), "cuda::cast_from_half", "out");
+  require_aligned(flag, alignof(int), "cuda::cast_from_half", "flag");
   const CastShape shape = cast_shape(out, count);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&from_half_kernel), std::max<std::size_t>(1, (shape.groups + kThreads - 1) / kThreads));
+  probe_before(as_stream(stream));
   from_half_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(in, out, count, shape, scale, kind == HalfKind::BF16, flag);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "from_half_kernel launch");
 }
 

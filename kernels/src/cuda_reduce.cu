@@ -147,6 +147,8 @@ __global__ void __launch_bounds__(kThreads)
 void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
     throw Error(fmt::format("l2_norm takes f32, f16 or bf16, not {}", to_string(dtype)), "kernels");
+  require_aligned(tensors, n, size_of(dtype), "cuda::l2_norm", "tensors");
+  require_aligned(result, alignof(double), "cuda::l2_norm", "result");
   const int tag = dtype == DType::F16 ? 1 : dtype == DType::BF16 ? 2 : 0;
   const std::size_t vec_align = tag == 0 ? 16 : 8;
   // Scratch: [counter, 16 bytes][table][partials], the first two uploaded in one copy.
@@ -170,7 +172,9 @@ void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* 
   // No tensor (or only empty ones): one block with no chunks still writes sqrt(0) = 0.
   auto launch = [&](auto kernel) {
     const unsigned grid = grid_size(reinterpret_cast<const void*>(kernel), std::max<std::size_t>(1, chunks));
+    probe_before(s);
     kernel<<<grid, kThreads, 0, s>>>(table, count, chunks, partials, counter, result);
+    probe_after(s);
   };
   if (tag == 0) launch(&norm_kernel<0>);
   else if (tag == 1) launch(&norm_kernel<1>);
@@ -180,9 +184,12 @@ void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* 
 }
 
 void block_digests(const void* data, std::size_t bytes, std::uint64_t* digests, Stream stream) {
+  require_aligned(digests, alignof(std::uint64_t), "cuda::block_digests", "digests");
   const std::size_t blocks = std::max<std::size_t>(1, (bytes + kChecksumBlock - 1) / kChecksumBlock);
   const unsigned grid = grid_size(reinterpret_cast<const void*>(&digest_kernel), blocks);
+  probe_before(as_stream(stream));
   digest_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(static_cast<const unsigned char*>(data), bytes, blocks, digests);
+  probe_after(as_stream(stream));
   check(cudaGetLastError(), "digest_kernel launch");
 }
 

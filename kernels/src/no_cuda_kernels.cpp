@@ -17,6 +17,7 @@ void adamw_f32(const TensorRef*, const ConstTensorRef*, const TensorRef*, const 
                const AdamWConfig&, const int*, Stream) { unavailable(); }
 void adamw_bf16_master(const TensorRef*, const ConstTensorRef*, const TensorRef*, const TensorRef*, const TensorRef*,
                        std::size_t, const AdamWConfig&, const int*, Stream) { unavailable(); }
+void set_launch_events(void*, void*) { unavailable(); }
 void block_digests(const void*, std::size_t, std::uint64_t*, Stream) { unavailable(); }
 
 }  // namespace trainrt::kernels::cuda

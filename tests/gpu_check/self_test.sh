@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The parts of scripts/gpu-check.sh that need no GPU, on this (Debian, CPU-only) machine:
-#  1. `prepare` downloads every carried package with a manifest and checks what travels against
-#     the 64 MiB limit (and a 1 MiB limit must fail);
+#  1. `prepare` downloads every carried package with a manifest (and the nanobind wheel, nccl.h)
+#     and checks what travels against the 64 MiB limit (and a 1 MiB limit must fail);
 #  2. `run` without --no-gpu fails at once, saying there is no GPU, before building anything;
 #  3. `run --no-gpu` unpacks the .debs into a temporary prefix, configures exactly as on the GPU
 #     machine and builds objects that use every carried package (hwloc, pugixml, fmt,
@@ -12,8 +12,9 @@
 #  5. and the proof can fail: with libpugixml-dev left out of the carry, the build silently takes
 #     this machine's pugixml, and carried_deps.py names libpugixml-dev.
 # Usage: self_test.sh [--full]   (--full builds the whole tree, not a subset: ~20 min on 2 cores)
-# Exit 77 where it cannot run: not Debian (no dpkg/apt-get), no network for apt-get download, no
-# CUDA toolkit (nvcc), or a GPU present (then run the real `gpu-check.sh run`).
+# Exit 77 where it cannot run: not Debian (no dpkg/apt-get), no network for apt-get or pip
+# download, no CUDA toolkit (nvcc), or a GPU present (then run the real `gpu-check.sh run`).
+# The timing and failure rules (budget, broken target, kill, the plan's limits): rules_test.sh.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 check=$repo/scripts/gpu-check.sh
@@ -34,11 +35,11 @@ fail() { echo "FAIL: $1"; shift; for l in "$@"; do echo "      $l"; done; failur
 
 # 1. prepare
 out=$(bash "$check" prepare --carry "$work/carry" 2>&1); rc=$?
-if [[ $rc -ne 0 ]] && grep -q "apt-get download .* failed" <<<"$out"; then
+if [[ $rc -ne 0 ]] && grep -qE "apt-get download .* failed|pip download .* failed" <<<"$out"; then
   echo "SKIPPED: apt-get download failed (no network or no package lists): $(tail -2 <<<"$out")"; exit 77
 fi
 n=$(($(wc -l <"$work/carry/debs/MANIFEST.tsv" 2>/dev/null || echo 1) - 1))
-if [[ $rc -eq 0 && $n -eq 14 ]] && grep -q "of 64 MiB" <<<"$out"; then pass "prepare: $n packages with a manifest; $(grep -o 'together.*' <<<"$out")"
+if [[ $rc -eq 0 && $n -eq 14 ]] && grep -q "of 64 MiB" <<<"$out"; then pass "prepare: $n packages with a manifest; $(grep -o 'with the working tree.*' <<<"$out")"
 else fail "prepare (exit $rc, $n packages)" "$out"; fi
 out=$(bash "$check" prepare --carry "$work/small" --limit-mib 1 2>&1); rc=$?
 if [[ $rc -ne 0 ]] && grep -q "is over 1 MiB" <<<"$out"; then pass "prepare refuses a carry over the limit (1 MiB here)"
@@ -92,6 +93,7 @@ else fail "the build used packages gpu-check does not carry (exit $rc)" "$out"; 
 
 # 5. the proof can fail: leave libpugixml-dev out, and the build falls back to this machine's copy
 mkdir -p "$work/partial/debs"
+cp -r "$work/carry/CARRY.tsv" "$work/carry/wheels" "$work/carry/nccl" "$work/partial/"
 cp "$work/carry/debs/"*.deb "$work/partial/debs/" && rm -f "$work/partial/debs/"libpugixml-dev_*.deb
 grep -v "	libpugixml-dev	" "$work/carry/debs/MANIFEST.tsv" >"$work/partial/debs/MANIFEST.tsv"
 bash "$check" run --no-gpu --carry "$work/partial" --prefix "$work/prefix2" --build "$work/build2" --out "$work/out2" \

@@ -1,8 +1,17 @@
 // kernels-bench: bytes moved per second by each kernel next to a plain copy measured in the same run
 // (GPU: cudaMemcpyAsync device-to-device on the same stream; CPU: memcpy).
 //   kernels-bench [--gpu] [--cpu] [--sizes 64M,256M,1G] [--iters N]
-// Default: --gpu at 64 MiB, 256 MiB and 1 GiB. "moved" counts every byte read plus every byte
-// written, for the kernels and for the copy alike (a copy of B bytes moves 2B):
+// Default: --gpu at 64 MiB, 256 MiB and 1 GiB, 20 iterations. Every input is random (f32 in
+// [-1, 1), AdamW's second moments in [0, 1), bf16 of [-1, 1)), never zeros: zeros hide unwritten
+// outputs and can run faster than real data. Each GPU row is timed twice, after one untimed call
+// (module load, the scratch pool's creation, occupancy queries):
+//   per call  N calls back to back between two events: what a caller pays, the work each call
+//             does around its kernel included (a tensor table over 64 entries uploaded, l2_norm's
+//             table and counter always, scratch from the stream-ordered pool);
+//   kernel    the kernel launch alone, between events the kernels record right before and after
+//             it (cuda::set_launch_events), summed over N calls: uploads and allocations left out.
+// "moved" counts every byte read plus every byte written, for the kernels and for the copy alike
+// (a copy of B bytes moves 2B):
 //   pack/unpack 2B; cast f32->bf16 of n elements 4n+2n; bf16->f32 2n+4n; l2 norm: its input;
 //   AdamW f32: p,g,m,v read + p,m,v written = 28 B/element; AdamW bf16+master: g(2),w,m,v read +
 //   p(2),w,m,v written = 28 B/element; block digests: the input.
@@ -10,6 +19,7 @@
 // no CUDA driver at all): nothing measured, said on stdout.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -45,6 +55,43 @@ void row(const char* name, std::size_t bytes, double moved, double t, double cop
   fmt::print("  {:<34} {:>11} {:>10.3f} ms {:>8.1f} GB/s {:>6.0f}% of copy\n", name, bytes, t * 1e3, gbs, 100 * gbs / copy_gbs);
 }
 
+// Random inputs: splitmix64, two values per draw (fast enough for 64 MiB in tens of milliseconds).
+enum class Fill { F32Signed, F32Positive, Bf16Signed };
+void fill_random(void* dst, std::size_t bytes, std::uint64_t seed, Fill kind) {
+  std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next = [&x] {
+    std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  auto unit = [](std::uint32_t r, bool positive) {  // [0, 1) or [-1, 1) from 24 random bits
+    const float u = static_cast<float>(r >> 8) * (1.f / 16777216.f);
+    return positive ? u : 2.f * u - 1.f;
+  };
+  auto* out = static_cast<unsigned char*>(dst);
+  if (kind == Fill::Bf16Signed) {
+    for (std::size_t i = 0; i + 2 <= bytes; i += 4) {
+      const std::uint64_t r = next();
+      for (std::size_t k = 0; k < 2 && i + 2 * k + 2 <= bytes; ++k) {
+        const float f = unit(static_cast<std::uint32_t>(r >> (32 * k)), false);
+        std::uint32_t b;
+        std::memcpy(&b, &f, 4);
+        const std::uint16_t h = static_cast<std::uint16_t>(b >> 16);
+        std::memcpy(out + i + 2 * k, &h, 2);
+      }
+    }
+    return;
+  }
+  for (std::size_t i = 0; i + 4 <= bytes; i += 8) {
+    const std::uint64_t r = next();
+    for (std::size_t k = 0; k < 2 && i + 4 * k + 4 <= bytes; ++k) {
+      const float f = unit(static_cast<std::uint32_t>(r >> (32 * k)), kind == Fill::F32Positive);
+      std::memcpy(out + i + 4 * k, &f, 4);
+    }
+  }
+}
+
 void cpu_section(const std::vector<std::size_t>& sizes, int iters) {
   fmt::print("# CPU twins (one thread) vs memcpy of the same bytes\n");
   auto seconds_per_call = [iters](const std::function<void()>& fn) {
@@ -55,7 +102,11 @@ void cpu_section(const std::vector<std::size_t>& sizes, int iters) {
   };
   for (std::size_t bytes : sizes) {
     const std::size_t n = bytes / 4;
-    std::vector<float> a(n, 1.5f), b(n), c(n, 0.25f), d(n, 0.5f);
+    std::vector<float> a(n), b(n), c(n), d(n);
+    fill_random(a.data(), bytes, 1, Fill::F32Signed);
+    fill_random(b.data(), bytes, 2, Fill::F32Signed);
+    fill_random(c.data(), bytes, 3, Fill::F32Signed);
+    fill_random(d.data(), bytes, 4, Fill::F32Positive);
     const double copy = seconds_per_call([&] { std::memcpy(b.data(), a.data(), bytes); });
     const double copy_gbs = 2.0 * bytes / copy / 1e9;
     fmt::print("  {:<34} {:>11} {:>10.3f} ms {:>8.1f} GB/s\n", "memcpy", bytes, copy * 1e3, copy_gbs);
@@ -91,6 +142,34 @@ struct DeviceMem {
   T* at(std::size_t off = 0) const { return reinterpret_cast<T*>(static_cast<unsigned char*>(p) + off); }
 };
 
+// Fills `bytes` of device memory with random data through one pinned block (each buffer repeats
+// its own 64 MiB block: past the L2's size, so no row reads a repeat from the cache).
+void fill_device(void* dev, std::size_t bytes, std::uint64_t seed, Fill kind) {
+  const std::size_t block = std::min<std::size_t>(bytes, 64u << 20);
+  void* host = nullptr;
+  CK(cudaMallocHost(&host, block));
+  fill_random(host, block, seed, kind);
+  for (std::size_t at = 0; at < bytes; at += block)
+    CK(cudaMemcpy(static_cast<unsigned char*>(dev) + at, host, std::min(block, bytes - at), cudaMemcpyHostToDevice));
+  CK(cudaFreeHost(host));
+}
+
+// Clears the kernels' launch probe when a timed call throws halfway.
+struct ProbeOff {
+  ~ProbeOff() { cuda::set_launch_events(nullptr, nullptr); }
+};
+
+struct Timing {
+  double per_call;  // seconds per call, back to back
+  double kernel;    // seconds per kernel launch alone (NaN: not a kernel)
+};
+
+void gpu_row(const char* name, std::size_t bytes, double moved, Timing t, double copy_gbs) {
+  const double gbs = moved / t.per_call / 1e9, kgbs = moved / t.kernel / 1e9;
+  fmt::print("  {:<34} {:>11} {:>10.3f} ms {:>8.1f} GB/s {:>5.0f}% | {:>10.3f} ms {:>8.1f} GB/s {:>5.0f}%\n", name, bytes,
+             t.per_call * 1e3, gbs, 100 * gbs / copy_gbs, t.kernel * 1e3, kgbs, 100 * kgbs / copy_gbs);
+}
+
 void gpu_section(const std::vector<std::size_t>& sizes, int iters) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -98,12 +177,19 @@ void gpu_section(const std::vector<std::size_t>& sizes, int iters) {
   CK(cudaGetDeviceProperties(&prop, 0));
   int driver = 0;
   CK(cudaDriverGetVersion(&driver));
-  fmt::print("# GPU {} ({} SMs, driver {}): kernels vs cudaMemcpyAsync D2D on the same stream, {} iterations\n", prop.name,
-             prop.multiProcessorCount, driver, iters);
+  fmt::print("# GPU {} ({} SMs, driver {}): kernels vs cudaMemcpyAsync D2D on the same stream, {} iterations, random "
+             "inputs\n", prop.name, prop.multiProcessorCount, driver, iters);
+  fmt::print("  {:<34} {:>11} {:>13} {:>13} {:>6} | {:>13} {:>13} {:>6}\n", "row", "bytes", "per call", "", "%copy",
+             "kernel alone", "", "%copy");
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  auto timed = [&](const std::function<void()>& fn) {
+  std::vector<cudaEvent_t> before(iters), after(iters);
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventCreate(&before[i]));
+    CK(cudaEventCreate(&after[i]));
+  }
+  auto per_call = [&](const std::function<void()>& fn) {
     fn();
     CK(cudaStreamSynchronize(s));
     CK(cudaEventRecord(e0, s));
@@ -115,25 +201,48 @@ void gpu_section(const std::vector<std::size_t>& sizes, int iters) {
     CK(cudaEventElapsedTime(&ms, e0, e1));
     return ms / 1e3 / iters;
   };
+  auto timed = [&](const std::function<void()>& fn) {
+    Timing t{per_call(fn), 0};
+    {
+      ProbeOff off;
+      for (int i = 0; i < iters; ++i) {
+        cuda::set_launch_events(before[i], after[i]);
+        fn();
+      }
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    for (int i = 0; i < iters; ++i) {
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, before[i], after[i]));
+      t.kernel += ms / 1e3;
+    }
+    t.kernel /= iters;
+    return t;
+  };
   for (std::size_t bytes : sizes) {
     const std::size_t n = bytes / 4;
     DeviceMem a(bytes), b(bytes), c(bytes), d(bytes), h(bytes / 2), dig((bytes / kChecksumBlock + 1) * 8), out(8), flag(4);
-    CK(cudaMemsetAsync(a.p, 0, bytes, s));
-    CK(cudaMemsetAsync(c.p, 0, bytes, s));
-    CK(cudaMemsetAsync(d.p, 0, bytes, s));
-    CK(cudaMemsetAsync(h.p, 0, bytes / 2, s));
+    // Seeds by size too, so no size reruns another's data. b is random as well: AdamW's params.
+    const std::uint64_t seed = bytes * 8;
+    fill_device(a.p, bytes, seed + 1, Fill::F32Signed);
+    fill_device(b.p, bytes, seed + 2, Fill::F32Signed);
+    fill_device(c.p, bytes, seed + 3, Fill::F32Signed);
+    fill_device(d.p, bytes, seed + 4, Fill::F32Positive);  // AdamW's v: second moments are never negative
+    fill_device(h.p, bytes / 2, seed + 5, Fill::Bf16Signed);
     CK(cudaMemsetAsync(flag.p, 0, 4, s));
-    const double copy = timed([&] { CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s)); });
+    const double copy = per_call([&] { CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s)); });
     const double copy_gbs = 2.0 * bytes / copy / 1e9;
-    fmt::print("  {:<34} {:>11} {:>10.3f} ms {:>8.1f} GB/s   (read+write)\n", "cudaMemcpyAsync D2D", bytes, copy * 1e3, copy_gbs);
+    fmt::print("  {:<34} {:>11} {:>10.3f} ms {:>8.1f} GB/s   (read+write; the 100% of %copy)\n", "cudaMemcpyAsync D2D",
+               bytes, copy * 1e3, copy_gbs);
     std::vector<ConstTensorRef> in;
     std::vector<TensorRef> outs;
     for (std::size_t k = 0; k < 64; ++k) {
       in.push_back({a.at<float>() + k * (n / 64), n / 64});
       outs.push_back({a.at<float>() + k * (n / 64), n / 64});
     }
-    row("pack (64 tensors)", bytes, 2.0 * bytes, timed([&] { cuda::pack(in.data(), in.size(), DType::F32, b.p, s); }), copy_gbs);
-    row("unpack (64 tensors)", bytes, 2.0 * bytes, timed([&] { cuda::unpack(b.p, outs.data(), outs.size(), DType::F32, s); }), copy_gbs);
+    gpu_row("pack (64 tensors)", bytes, 2.0 * bytes, timed([&] { cuda::pack(in.data(), in.size(), DType::F32, b.p, s); }), copy_gbs);
+    gpu_row("unpack (64 tensors)", bytes, 2.0 * bytes, timed([&] { cuda::unpack(b.p, outs.data(), outs.size(), DType::F32, s); }), copy_gbs);
     // 3000 f16 tensors of odd element counts. Two layouts: each at an odd BYTE offset (only a byte
     // copier can pack those; the bucket at +3), and each at an odd ELEMENT offset (2 bytes past a
     // 16-byte line), the layout the PyTorch peer's torch.cat row packs, so those two rows compare.
@@ -152,32 +261,36 @@ void gpu_section(const std::vector<std::size_t>& sizes, int iters) {
       }
       const std::string name = fmt::format("pack ({} odd f16 tensors, {})", odd.size(),
                                            odd_bytes ? "odd bytes" : "odd elements");
-      row(name.c_str(), packed, 2.0 * packed,
+      gpu_row(name.c_str(), packed, 2.0 * packed,
           timed([&] { cuda::pack(odd.data(), odd.size(), DType::F16, b.at(odd_bytes ? 3 : 0), s); }), copy_gbs);
     }
-    row("cast f32->bf16 x scale", bytes, 6.0 * n,
+    gpu_row("cast f32->bf16 x scale", bytes, 6.0 * n,
         timed([&] { cuda::cast_to_half(a.at<float>(), h.at<std::uint16_t>(), n, 2.f, HalfKind::BF16, flag.at<int>(), s); }), copy_gbs);
-    row("cast bf16->f32 x scale", bytes, 6.0 * n,
+    gpu_row("cast bf16->f32 x scale", bytes, 6.0 * n,
         timed([&] { cuda::cast_from_half(h.at<std::uint16_t>(), b.at<float>(), n, 2.f, HalfKind::BF16, flag.at<int>(), s); }), copy_gbs);
-    row("l2 norm f32 (64 tensors)", bytes, bytes,
+    gpu_row("l2 norm f32 (64 tensors)", bytes, bytes,
         timed([&] { cuda::l2_norm(in.data(), in.size(), DType::F32, out.at<double>(), s); }), copy_gbs);
     ConstTensorRef hb{h.p, n};  // n bf16 elements: the bytes / 2 bytes h holds
-    row("l2 norm bf16 (1 tensor)", bytes / 2, bytes / 2.0,
+    gpu_row("l2 norm bf16 (1 tensor)", bytes / 2, bytes / 2.0,
         timed([&] { cuda::l2_norm(&hb, 1, DType::BF16, out.at<double>(), s); }), copy_gbs);
     TensorRef P{b.p, n}, M{c.p, n}, V{d.p, n};
     ConstTensorRef G{a.p, n};
     AdamWConfig cfg;
-    row("adamw f32", bytes, 28.0 * n, timed([&] { cuda::adamw_f32(&P, &G, &M, &V, 1, cfg, flag.at<int>(), s); }), copy_gbs);
+    gpu_row("adamw f32", bytes, 28.0 * n, timed([&] { cuda::adamw_f32(&P, &G, &M, &V, 1, cfg, flag.at<int>(), s); }), copy_gbs);
     // bf16 + master at n/2 elements, so every array fits the buffers: p, g in h (bf16), w, m, v.
     const std::size_t nb = n / 2;
     TensorRef Pb{h.p, nb}, W{b.p, nb}, Mb{c.p, nb}, Vb{d.p, nb};
     ConstTensorRef Gb{h.at<std::uint16_t>() + nb, nb};
-    row("adamw bf16 + f32 master", nb * 4, 28.0 * nb,
+    gpu_row("adamw bf16 + f32 master", nb * 4, 28.0 * nb,
         timed([&] { cuda::adamw_bf16_master(&Pb, &Gb, &W, &Mb, &Vb, 1, cfg, flag.at<int>(), s); }), copy_gbs);
-    row("block digests", bytes, bytes, timed([&] { cuda::block_digests(a.p, bytes, dig.at<std::uint64_t>(), s); }), copy_gbs);
+    gpu_row("block digests", bytes, bytes, timed([&] { cuda::block_digests(a.p, bytes, dig.at<std::uint64_t>(), s); }), copy_gbs);
   }
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventDestroy(before[i]));
+    CK(cudaEventDestroy(after[i]));
+  }
   CK(cudaStreamDestroy(s));
 }
 
@@ -196,7 +309,14 @@ int main(int argc, char** argv) {
     else if (a == "--sizes" && i + 1 < argc) {
       std::stringstream list(argv[++i]);
       for (std::string item; std::getline(list, item, ',');) sizes.push_back(parse_size(item));
-    } else if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    } else if (a == "--iters" && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v.empty() || v.size() > 4 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1) {
+        fmt::print(stderr, "kernels-bench: --iters '{}' is not a whole number in 1..9999\n", v);
+        return 2;
+      }
+      iters = std::stoi(v);
+    }
     else {
       fmt::print(stderr, "usage: kernels-bench [--gpu] [--cpu] [--sizes 64M,256M,1G] [--iters N]\n");
       return 2;
