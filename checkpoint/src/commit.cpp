@@ -64,9 +64,9 @@ SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::s
   std::size_t blob_index = 0;
   for (const auto& e : entries) {
     const bool replicated = e.sharding == Sharding::Replicated;
-    if (e.data && !e.pinned) {
+    if (!e.blob && !e.pinned) {
       w.place(e.name, false, e.dtype, e.shape, replicated, e.staging_offset, e.bytes, e.shard);
-    } else if (e.data || e.pinned) {
+    } else if (!e.blob) {
       w.append(e.name, false, e.dtype, e.shape, replicated, e.pinned, e.bytes, e.shard);
     } else {
       const auto& b = blob_staging[blob_index++];

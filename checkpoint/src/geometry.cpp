@@ -187,4 +187,36 @@ void for_each_run(const Box& part, const std::vector<const Box*>& layouts,
   }
 }
 
+RunIndex::RunIndex(const Box& part, const std::vector<const Box*>& layouts) : shape_(part.shape) {
+  const std::size_t n = part.shape.size();
+  if (empty(part)) return;
+  std::size_t m = n == 0 ? 0 : n - 1;
+  auto whole_in_all = [&](std::size_t d) {
+    return std::all_of(layouts.begin(), layouts.end(), [&](const Box* l) { return l->shape[d] == part.shape[d]; });
+  };
+  while (m > 0 && whole_in_all(m)) --m;
+  outer_ = m;
+  length_ = 1;
+  for (std::size_t d = m; d < n; ++d) length_ *= static_cast<std::uint64_t>(part.shape[d]);
+  count_ = 1;
+  for (std::size_t d = 0; d < m; ++d) count_ *= static_cast<std::uint64_t>(part.shape[d]);
+  strides_.assign(layouts.size(), std::vector<std::uint64_t>(n, 1));
+  base_.assign(layouts.size(), 0);
+  for (std::size_t l = 0; l < layouts.size(); ++l) {
+    for (std::size_t d = n; d-- > 1;) strides_[l][d - 1] = strides_[l][d] * static_cast<std::uint64_t>(layouts[l]->shape[d]);
+    for (std::size_t d = 0; d < n; ++d)
+      base_[l] += static_cast<std::uint64_t>(part.offsets[d] - layouts[l]->offsets[d]) * strides_[l][d];
+  }
+}
+
+void RunIndex::starts(std::uint64_t k, std::vector<std::uint64_t>& out) const {
+  out = base_;
+  for (std::size_t d = outer_; d-- > 0;) {
+    const auto extent = static_cast<std::uint64_t>(shape_[d]);
+    const std::uint64_t i = k % extent;
+    k /= extent;
+    for (std::size_t l = 0; l < out.size(); ++l) out[l] += i * strides_[l][d];
+  }
+}
+
 }  // namespace trainrt::checkpoint::geometry

@@ -54,6 +54,25 @@ void for_each_overlap(const std::vector<Box>& a, const std::vector<Box>& b,
 void for_each_run(const Box& part, const std::vector<const Box*>& layouts,
                   const std::function<void(const std::vector<std::uint64_t>& starts, std::uint64_t length)>& f);
 
+// The same runs by number, for callers that walk a chunk's bytes in pieces: every run of a part has
+// the same length, and run k starts at element k * length() of the first layout only when that
+// layout is the part itself (a chunk walked in its own order).
+class RunIndex {
+ public:
+  RunIndex(const Box& part, const std::vector<const Box*>& layouts);
+  std::uint64_t length() const { return length_; }  // elements per run
+  std::uint64_t count() const { return count_; }
+  // Per layout, the linear index of run k's first element.
+  void starts(std::uint64_t k, std::vector<std::uint64_t>& out) const;
+
+ private:
+  std::size_t outer_ = 0;  // dimensions [0, outer_) index the runs
+  std::uint64_t length_ = 0, count_ = 0;
+  Dims shape_;
+  std::vector<std::vector<std::uint64_t>> strides_;
+  std::vector<std::uint64_t> base_;
+};
+
 std::string to_string(const Dims& d);  // "[2, 3]"
 
 }  // namespace trainrt::checkpoint::geometry

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <memory>
 
 #include "files.hpp"
+#include "fingerprint.hpp"
+#include "geometry.hpp"
+#include "layout.hpp"
 #include "shard_format.hpp"
 #include "trainrt/error.hpp"
 
@@ -24,6 +28,8 @@ std::vector<std::string> StepReport::problems() const {
     for (const auto& e : s.entries)
       if (!e.problem.empty()) out.push_back(e.problem);
   }
+  for (const auto& t : tensors)
+    if (!t.problem.empty()) out.push_back(t.problem);
   if (unchecked_shards > 0)
     out.push_back(fmt::format("{} more shards not checked after {} with problems", unchecked_shards, kMaxProblemShards));
   return out;
@@ -67,6 +73,12 @@ std::vector<StepReport> inspect(const std::string& directory, const InspectOptio
     r.world_size = manifest.world_size;
     r.metadata = manifest.metadata;
     r.data_checked = options.check_data;
+    std::map<std::string, std::uint64_t> fingerprints;  // per tensor, summed over the chunks read
+    for (const auto& t : manifest.tensors) {
+      std::uint64_t elements = 0;
+      for (const auto& c : t.chunks) elements += *geometry::volume(c.shape);
+      r.tensors.push_back({t.name, t.dtype, t.global_shape, t.chunks.size(), elements * size_of(parse_dtype(t.dtype)), {}});
+    }
     std::size_t problem_shards = 0;
     for (const auto& record : manifest.shards) {
       if (problem_shards >= kMaxProblemShards) {
@@ -84,7 +96,18 @@ std::vector<StepReport> inspect(const std::string& directory, const InspectOptio
         EntryReport er{e.name, e.kind, e.dtype, e.shape, e.bytes, e.replicated, {}};
         if (s.problem.empty() && options.check_data) {
           if (!piece) piece = std::make_unique<std::uint8_t[]>(format::ShardReader::kPiece);
-          er.problem = reader.read_verified(e, piece.get(), true);
+          if (e.sharded) {  // its share of the tensor's fingerprint, from the same reads
+            const layout::ChunkBytes map(*e.sharded, e.shape, size_of(parse_dtype(e.dtype)));
+            const fingerprint::Powers powers(fingerprint::point_for(e.name));
+            std::uint64_t& sum = fingerprints[e.name];
+            er.problem = reader.read_verified(e, piece.get(), true, [&](std::uint64_t at, const std::uint8_t* p, std::size_t n) {
+              map.map(at, p, n, [&](std::uint64_t global, const std::uint8_t* q, std::size_t m) {
+                sum = fingerprint::add(sum, fingerprint::run(powers, q, m, global));
+              });
+            });
+          } else {
+            er.problem = reader.read_verified(e, piece.get(), true);
+          }
           bad = bad || !er.problem.empty();
         }
         s.entries.push_back(std::move(er));
@@ -94,6 +117,13 @@ std::vector<StepReport> inspect(const std::string& directory, const InspectOptio
       problem_shards += bad ? 1 : 0;
       r.shards.push_back(std::move(s));
     }
+    // Content against the saved fingerprint, when every chunk was read whole.
+    if (options.check_data && problem_shards == 0 && r.unchecked_shards == 0)
+      for (std::size_t i = 0; i < r.tensors.size(); ++i)
+        if (layout::hex(fingerprints[r.tensors[i].name]) != manifest.tensors[i].fingerprint)
+          r.tensors[i].problem = fmt::format("tensor '{}': its chunks do not match its fingerprint (saved {}, read {})",
+                                             r.tensors[i].name, manifest.tensors[i].fingerprint,
+                                             layout::hex(fingerprints[r.tensors[i].name]));
     reports.push_back(std::move(r));
   }
   return reports;

@@ -71,6 +71,25 @@ std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data) {
   return chunk_fingerprint(e.name, *e.shard, e.shape, e.dtype, data);
 }
 
+ChunkBytes::ChunkBytes(const format::Sharded& where, const std::vector<std::int64_t>& shape, std::size_t element_bytes)
+    : chunk_{where.offsets, shape},
+      whole_{std::vector<std::int64_t>(shape.size(), 0), where.global_shape},
+      runs_(chunk_, {&chunk_, &whole_}),
+      run_bytes_(runs_.length() * element_bytes),
+      es_(element_bytes) {}
+
+void ChunkBytes::map(std::uint64_t local, const std::uint8_t* data, std::size_t n,
+                     const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& f) const {
+  std::vector<std::uint64_t> at;
+  while (n > 0 && run_bytes_ > 0) {
+    const std::uint64_t k = local / run_bytes_, into = local % run_bytes_;
+    const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(n, run_bytes_ - into));
+    runs_.starts(k, at);
+    f(at[1] * es_ + into, data, take);
+    local += take, data += take, n -= take;
+  }
+}
+
 std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
 std::uint64_t parse_hex(const std::string& s) { return std::stoull(s, nullptr, 16); }
 

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include <functional>
+
+#include "geometry.hpp"
 #include "manager_impl.hpp"
 
 namespace trainrt::checkpoint::layout {
@@ -22,6 +25,24 @@ std::vector<format::TensorRecord> combine(const std::vector<bootstrap::Blob>& ga
 std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data);
 std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where,
                                 const std::vector<std::int64_t>& shape, DType dtype, const std::byte* data);
+
+// A chunk's bytes walked in pieces, in the chunk's own order (as a shard stores it): where each
+// piece lands in the global tensor's row-major bytes. For verifying and exporting without
+// holding a whole chunk.
+class ChunkBytes {
+ public:
+  ChunkBytes(const format::Sharded& where, const std::vector<std::int64_t>& shape, std::size_t element_bytes);
+  // f(global_byte, data, n) for every globally contiguous part of the `n` bytes at `data`, which
+  // sit at byte `local` of the chunk.
+  void map(std::uint64_t local, const std::uint8_t* data, std::size_t n,
+           const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& f) const;
+
+ private:
+  geometry::Box chunk_, whole_;
+  geometry::RunIndex runs_;
+  std::uint64_t run_bytes_;
+  std::size_t es_;
+};
 
 std::string hex(std::uint64_t v);
 std::uint64_t parse_hex(const std::string& s);  // 16 lowercase hex digits, already validated

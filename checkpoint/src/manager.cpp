@@ -119,7 +119,7 @@ std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metada
   for (const auto& e : impl_->entries) {
     if (e.pinned) {
       copy_device_to_host(e.pinned, e.data, e.bytes, e.stream);
-    } else if (e.data) {
+    } else if (!e.blob) {
       // The bucket-pack kernel's CPU twin: staging is one flat bucket of every registered buffer.
       kernels::ConstTensorRef ref{e.data, e.bytes / size_of(e.dtype)};
       kernels::cpu::pack(&ref, 1, e.dtype, impl_->staging.data() + e.staging_offset);

@@ -12,6 +12,7 @@
 
 #include "device_copy.hpp"
 #include "files.hpp"
+#include "reshard.hpp"
 #include "shard_format.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/runtime/communicator.hpp"
@@ -122,14 +123,20 @@ struct Manager::Impl {
       std::size_t entry;               // index into `entries`
       const format::ShardEntry* file;  // where it is in the shard
     };
-    format::ShardReader reader;
+    format::Manifest manifest;
+    format::ShardReader reader;  // this rank's shard (rank 0's at another world size); unopened when not needed
     std::vector<Part> parts;
     std::vector<std::vector<std::uint8_t>> blobs;  // read blobs, handed over once every rank verified
     Metadata metadata;                             // the manifest's, for restored_metadata()
+    std::unique_ptr<Reshard> reshard;              // sharded entries at another world size or split
   };
-  std::string check(std::uint64_t step, Candidate& c);
+  // `wanted`: every rank's sharded registrations (layout::combine), the same on every rank.
+  std::string check(std::uint64_t step, Candidate& c, const std::vector<format::TensorRecord>& wanted);
   std::uint8_t* read_target(const Entry& e, Candidate& c, std::size_t bytes);
-  std::string load(Candidate& c);
+  std::string load(Candidate& c, const std::vector<format::TensorRecord>& wanted);
+  // Every rank's share of each sharded tensor's fingerprint, summed and held against the
+  // manifest's; "" or the tensors whose content differs (the same answer on every rank).
+  std::string check_fingerprints(Candidate& c, const std::vector<format::TensorRecord>& wanted);
   void finish(Candidate& c);
   std::string agree(const std::string& why);
   bool loads_in_place() const;

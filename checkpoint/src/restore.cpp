@@ -4,7 +4,12 @@
 
 #include <algorithm>
 
+#include <map>
+
+#include "fingerprint.hpp"
+#include "layout.hpp"
 #include "manager_impl.hpp"
+#include "trainrt/runtime/init.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cpu.hpp"
 
@@ -12,36 +17,67 @@ namespace trainrt::checkpoint {
 
 using json = nlohmann::json;
 
-std::string Manager::Impl::check(std::uint64_t step, Candidate& c) {
+namespace {
+
+// Whether every sharded tensor this job registers sits in the step exactly as it would be
+// loaded: same world size and every rank's chunk the one it saved. Then each rank reads its own
+// shard as it always did; otherwise the chunks are resharded. The same answer on every rank.
+bool same_layout(const format::Manifest& m, const std::vector<format::TensorRecord>& wanted, unsigned world) {
+  if (m.world_size != world) return false;
+  for (const auto& w : wanted) {
+    const format::TensorRecord* t = m.tensor(w.name);
+    if (!t || t->dtype != w.dtype || t->global_shape != w.global_shape) return false;
+    for (const auto& c : w.chunks) {
+      const format::ChunkRecord* saved = m.chunk_of(*t, c.rank);
+      if (!saved || saved->offsets != c.offsets || saved->shape != c.shape) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string Manager::Impl::check(std::uint64_t step, Candidate& c, const std::vector<format::TensorRecord>& wanted) {
   std::string why;
   auto dir = root.sub(format::step_dir_name(step), &why);
   if (!dir) return why;
-  format::Manifest manifest;
+  format::Manifest& manifest = c.manifest;
   if (why = format::read_manifest(*dir, step, manifest); !why.empty()) return why;
-  const bool all_replicated =
-      std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.sharding == Sharding::Replicated; });
-  unsigned source = session.rank();
-  if (manifest.world_size != session.size()) {
-    if (!all_replicated)
-      return fmt::format("saved by {} ranks, this job has {} (only replicated state may change world size)",
-                         manifest.world_size, session.size());
-    source = 0;  // replicated: every rank reads rank 0's shard
+  const bool resize = manifest.world_size != session.size();
+  // Sharded entries of a format-2 step move to their new owners unless nothing changed; a
+  // format-1 step has no layout to reshard from, so its entries load only where they were saved.
+  const bool reshard = manifest.format >= 2 && !wanted.empty() && !same_layout(manifest, wanted, session.size());
+  auto moves = [&](const Entry& e) { return e.shard && reshard; };
+  for (const auto& e : entries) {
+    if (moves(e) || !resize || e.sharding == Sharding::Replicated) continue;
+    return fmt::format("saved by {} ranks, this job has {}; '{}' is per-rank state, which only the same world size can "
+                       "restore (register it replicated, or as a chunk of a global tensor with a Shard)",
+                       manifest.world_size, session.size(), e.name);
   }
+  c.metadata = manifest.metadata;
+  if (reshard) {
+    c.reshard = std::make_unique<Reshard>(manifest, wanted, session.rank(), session.size(), opts.transfer_bytes);
+    if (!c.reshard->problem().empty()) return c.reshard->problem();
+    if (why = c.reshard->open(*dir); !why.empty()) return why;
+  }
+  const bool own_shard_needed = std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return !moves(e); });
+  if (!own_shard_needed) return {};
+  const unsigned source = resize ? 0 : session.rank();  // replicated state at another size: rank 0's copy
   const format::ShardRecord* record = manifest.shard_of(source);
   if (!record) return fmt::format("manifest lists no shard for rank {}", source);
   if (why = c.reader.open(*dir, manifest, *record); !why.empty()) return why;
-  c.metadata = std::move(manifest.metadata);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
+    if (moves(e)) continue;
     const format::ShardEntry* f = c.reader.find(e.name);
     if (!f) return fmt::format("{} lacks entry '{}'", c.reader.name(), e.name);
-    const char* kind = e.data ? "buffer" : "blob";
+    const char* kind = e.blob ? "blob" : "buffer";
     if (f->kind != kind) return fmt::format("entry '{}' is a {} in {}, registered as a {}", e.name, f->kind, c.reader.name(), kind);
     // Another world size reads rank 0's shard for every rank: only state saved as replicated may.
-    if (manifest.world_size != session.size() && !f->replicated)
+    if (resize && !f->replicated)
       return fmt::format("entry '{}' was saved per rank by {} ranks; it cannot be restored by {}", e.name,
                          manifest.world_size, session.size());
-    if (e.data && (f->bytes != e.bytes || f->dtype != to_string(e.dtype)))
+    if (kind == std::string("buffer") && (f->bytes != e.bytes || f->dtype != to_string(e.dtype)))
       return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, f->bytes, f->dtype, e.bytes,
                          to_string(e.dtype));
     c.parts.push_back({i, f});
@@ -53,19 +89,68 @@ std::string Manager::Impl::check(std::uint64_t step, Candidate& c) {
 // staging when the buffers must stay untouched until every rank has verified (device buffers
 // always; host buffers with verify_before_load). Blob sizes were capped by the reader.
 std::uint8_t* Manager::Impl::read_target(const Entry& e, Candidate& c, std::size_t bytes) {
-  if (!e.data) return c.blobs.emplace_back(bytes).data();
+  if (e.blob) return c.blobs.emplace_back(bytes).data();
   if (e.pinned || opts.verify_before_load) return reinterpret_cast<std::uint8_t*>(staged(e));
   return static_cast<std::uint8_t*>(e.data);
 }
 
-// Reads every part, verifying it as it arrives; "" or why the step is unusable.
-std::string Manager::Impl::load(Candidate& c) {
-  for (const auto& part : c.parts) {
-    const auto bytes = static_cast<std::size_t>(part.file->bytes);
-    if (std::string why = c.reader.read_verified(*part.file, read_target(entries[part.entry], c, bytes)); !why.empty())
-      return why;
+// Reads every part, verifying it as it arrives, then moves the resharded chunks (collective: every
+// rank takes part whatever its own reads gave); "" or why the step is unusable here.
+std::string Manager::Impl::load(Candidate& c, const std::vector<format::TensorRecord>& wanted) {
+  std::string why;
+  try {
+    for (const auto& part : c.parts) {
+      const auto bytes = static_cast<std::size_t>(part.file->bytes);
+      if (why = c.reader.read_verified(*part.file, read_target(entries[part.entry], c, bytes)); !why.empty()) break;
+    }
+  } catch (const std::exception& e) {
+    why = e.what();
   }
-  return {};
+  if (!c.reshard) return why;
+  if (!opts.host && !own_host) own_host = make_host_communicator(session);
+  std::vector<std::byte*> targets;
+  for (const auto& w : wanted) {
+    std::byte* t = nullptr;
+    for (auto& e : entries)
+      if (e.shard && e.name == w.name) t = reinterpret_cast<std::byte*>(read_target(e, c, e.bytes));
+    targets.push_back(t);
+  }
+  const auto t0 = Clock::now();
+  std::string moved = c.reshard->run(opts.host ? *opts.host : *own_host, [&](std::size_t i) { return targets[i]; });
+  log(fmt::format("checkpoint: resharded {} tensors in {} rounds: read {} bytes, {:.3f} s (rank {})", wanted.size(),
+                  c.reshard->rounds(), c.reshard->bytes_read(), std::chrono::duration<double>(Clock::now() - t0).count(),
+                  session.rank()));
+  return why.empty() ? moved : why;
+}
+
+std::string Manager::Impl::check_fingerprints(Candidate& c, const std::vector<format::TensorRecord>& wanted) {
+  json mine = json::object();
+  std::string why;
+  try {
+    for (auto& e : entries) {
+      if (!e.shard || !c.manifest.tensor(e.name)) continue;
+      const auto* data = reinterpret_cast<const std::byte*>(read_target(e, c, e.bytes));
+      mine[e.name] = layout::hex(layout::chunk_fingerprint(e, data));
+    }
+  } catch (const std::exception& ex) {
+    why = ex.what();
+  }
+  std::map<std::string, std::uint64_t> sums;
+  std::string reasons;
+  for (const auto& b : session.allgather(to_blob(json{{"why", why}, {"parts", mine}}))) {
+    json r = from_blob(b);
+    if (!r.at("why").get<std::string>().empty()) reasons += r.at("why").get<std::string>() + "; ";
+    for (const auto& [name, part] : r.at("parts").items())
+      sums[name] = fingerprint::add(sums[name], layout::parse_hex(part.get<std::string>()));
+  }
+  for (const auto& w : wanted) {
+    const format::TensorRecord* t = c.manifest.tensor(w.name);
+    if (t && layout::hex(sums[w.name]) != t->fingerprint)
+      reasons += fmt::format("tensor '{}': the restored content does not match its fingerprint (saved {}, restored {}); ",
+                             w.name, t->fingerprint, layout::hex(sums[w.name]));
+  }
+  if (!reasons.empty()) reasons.resize(reasons.size() - 2);
+  return reasons;
 }
 
 // Every rank verified: move what waited in staging to its owner.
@@ -75,7 +160,7 @@ void Manager::Impl::finish(Candidate& c) {
   for (auto& e : entries) {
     if (e.pinned) {
       copy_host_to_device(e.data, e.pinned, e.bytes, e.stream);
-    } else if (e.data) {
+    } else if (!e.blob) {
       if (!opts.verify_before_load) continue;  // already in place
       kernels::TensorRef ref{e.data, e.bytes / size_of(e.dtype)};
       kernels::cpu::unpack(staging.data() + e.staging_offset, &ref, 1, e.dtype);
@@ -100,11 +185,14 @@ std::string Manager::Impl::agree(const std::string& why) {
 
 bool Manager::Impl::loads_in_place() const {
   if (opts.verify_before_load) return false;
-  return std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return e.data && !e.pinned; });
+  return std::any_of(entries.begin(), entries.end(), [](const Entry& e) { return !e.blob && !e.pinned; });
 }
 
 std::int64_t Manager::Impl::restore() {
   join();
+  // The sharded layout this job registered, the same on every rank; a UsageError on every rank
+  // when its chunks do not tile their tensors (nothing is read then).
+  const std::vector<format::TensorRecord> wanted = layout::combine(session.allgather(layout::mine(entries)), "restore");
   // Rank 0's view of the directory decides the candidates, so all ranks walk the same list.
   json steps = json::array();
   if (session.rank() == 0) {
@@ -128,9 +216,11 @@ std::int64_t Manager::Impl::restore() {
       return agree(why);
     };
     Candidate c;
-    std::string reasons = attempt([&] { return check(step, c); });
+    std::string reasons = attempt([&] { return check(step, c, wanted); });
     if (reasons.empty()) {
-      reasons = attempt([&] { return load(c); });
+      reasons = attempt([&] { return load(c, wanted); });
+      // The content, whatever the layout: never train on state that does not match what was saved.
+      if (reasons.empty() && c.manifest.format >= 2 && !wanted.empty()) reasons = check_fingerprints(c, wanted);
       if (!reasons.empty() && loads_in_place()) overwritten_by = fmt::format("step {} ({})", step, reasons);
     }
     if (!reasons.empty()) {

@@ -235,7 +235,9 @@ const ShardEntry* ShardReader::find(const std::string& entry_name) const {
   return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
-std::string ShardReader::read_verified(const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece) const {
+std::string ShardReader::read_verified(
+    const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece,
+    const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& seen) const {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
   if (!state) return "out of memory for a hash state";
   XXH3_64bits_reset(state.get());
@@ -244,6 +246,7 @@ std::string ShardReader::read_verified(const ShardEntry& entry, std::uint8_t* ds
     std::uint8_t* piece = reuse_piece ? dst : dst + done;
     if (!read_at(piece, n, entry.offset + done)) return fmt::format("{}: short read in entry '{}'", name_, entry.name);
     XXH3_64bits_update(state.get(), piece, n);
+    if (seen) seen(done, piece, n);
   }
   if (hex(XXH3_64bits_digest(state.get())) != entry.checksum)
     return fmt::format("entry '{}' in {} fails its checksum", entry.name, name_);

@@ -4,6 +4,7 @@
 // ShardReader). Everything read is validated before it is used: sizes are capped, numbers are
 // range-checked, offsets are overflow-safe, and a shard's header must agree with the manifest.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -174,7 +175,10 @@ class ShardReader {
   const ShardEntry* find(const std::string& entry_name) const;
   // Reads the entry into `dst` (its full size), hashing each 1 MiB piece while it is in cache;
   // "" or the problem. With `reuse_piece`, every piece lands in dst's first 1 MiB (checking only).
-  std::string read_verified(const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece = false) const;
+  // `seen(offset, data, n)`, when given, sees every piece as it is read.
+  std::string read_verified(
+      const ShardEntry& entry, std::uint8_t* dst, bool reuse_piece = false,
+      const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& seen = {}) const;
   // Reads `bytes` at `offset` inside the entry into `dst`, adding them to `state` (the caller
   // resets it before the entry's first piece and compares the digest after its last); false on a
   // short read.

@@ -1,6 +1,9 @@
 // trainrt-ckpt: look at a checkpoint directory without starting a job.
 //   trainrt-ckpt list DIR                  steps, newest first, and what each holds
-//   trainrt-ckpt verify DIR [--step N]     read every shard and compare every checksum
+//   trainrt-ckpt verify DIR [--step N]     read every shard, compare every checksum and every
+//                                          sharded tensor's fingerprint
+//   trainrt-ckpt export DIR --tensor NAME [--step N] -o FILE.npy
+//                                          one sharded tensor as a NumPy array, verified
 // Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input
 // (and any error at all: every exception ends in one line on stderr and exit 2).
 // Whatever came from a file is escaped before it is printed: in text, control bytes, invalid UTF-8
@@ -49,9 +52,14 @@ json to_json(const StepReport& r, std::optional<std::uint64_t> latest) {
                          {"bytes", e.bytes}, {"replicated", e.replicated}, {"problem", e.problem}});
     shards.push_back({{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"problem", s.problem}, {"entries", entries}});
   }
+  json tensors = json::array();
+  for (const auto& t : r.tensors)
+    tensors.push_back({{"name", t.name}, {"dtype", t.dtype}, {"global_shape", t.global_shape}, {"chunks", t.chunks},
+                       {"bytes", t.bytes}, {"problem", t.problem}});
   return {{"step", r.step},       {"state", state_of(r)},        {"latest", latest && *latest == r.step},
           {"world_size", r.world_size}, {"bytes", r.bytes()},     {"metadata", r.metadata},
-          {"problems", r.problems()},   {"data_checked", r.data_checked}, {"shards", shards}};
+          {"problems", r.problems()},   {"data_checked", r.data_checked}, {"shards", shards},
+          {"tensors", tensors}};
 }
 
 void print_table(const std::vector<StepReport>& reports, std::optional<std::uint64_t> latest) {
@@ -61,6 +69,9 @@ void print_table(const std::vector<StepReport>& reports, std::optional<std::uint
     for (const auto& [k, v] : r.metadata) meta += fmt::format("{}{}={}", meta.empty() ? "" : " ", printable(k), printable(v));
     fmt::print("{:>14}  {:<12} {:>5} {:>11}  {}{}\n", r.step, state_of(r), r.committed ? fmt::format("{}", r.world_size) : "-",
                human_bytes(r.bytes()), meta, latest && *latest == r.step ? "  <- latest" : "");
+    for (const auto& t : r.tensors)
+      fmt::print("{:>14}  tensor {} {} {} in {} chunks ({})\n", "", printable(t.name), printable(t.dtype),
+                 fmt::format("[{}]", fmt::join(t.global_shape, ", ")), t.chunks, human_bytes(t.bytes));
     for (const auto& p : r.problems()) fmt::print("{:>14}  {}\n", "", printable(p));
   }
 }
@@ -86,6 +97,16 @@ int main(int argc, char** argv) {
   verify->add_option("DIR", dir, "checkpoint directory")->required();
   verify->add_option("--step", step, "only this step");
   verify->add_flag("--json", as_json, "one JSON document instead of the table");
+  std::string tensor, output;
+  auto* exporter = app.add_subcommand(
+      "export",
+      "write one sharded tensor as a NumPy array (.npy; bf16 as its raw bits, '<u2'), assembled from the chunks of\n"
+      "any world size; every chunk's checksum and the tensor's fingerprint are checked first, and FILE appears\n"
+      "only when all held (never over an existing file)");
+  exporter->add_option("DIR", dir, "checkpoint directory")->required();
+  exporter->add_option("--tensor", tensor, "the sharded tensor's name (trainrt-ckpt list shows them)")->required();
+  exporter->add_option("--step", step, "this step (default: the newest committed step that holds the tensor)");
+  exporter->add_option("-o,--output", output, "the .npy file to create")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -95,6 +116,13 @@ int main(int argc, char** argv) {
     return kBadInput;
   }
   try {
+    if (exporter->parsed()) {
+      const auto used = export_tensor(dir, tensor, step, output, [](const std::string& m) {
+        fmt::print(stderr, "trainrt-ckpt: {}\n", printable(m));
+      });
+      fmt::print("exported tensor {} of step {} to {}\n", printable(tensor), used, printable(output));
+      return 0;
+    }
     InspectOptions options;
     options.check_data = verify->parsed();
     options.step = step;

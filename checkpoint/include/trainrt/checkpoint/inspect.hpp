@@ -27,6 +27,16 @@ struct ShardReport {
   std::vector<EntryReport> entries;
 };
 
+// A sharded global tensor of a format-2 step: its chunks tile it (read_manifest checks that), and
+// with data checked, the fingerprint of its chunks as read matches the saved one.
+struct TensorReport {
+  std::string name, dtype;
+  std::vector<std::int64_t> global_shape;
+  std::size_t chunks = 0;
+  std::uint64_t bytes = 0;
+  std::string problem;
+};
+
 struct StepReport {
   std::uint64_t step = 0;
   bool committed = false;  // has a MANIFEST.json (the commit point); it may still be unusable
@@ -35,6 +45,7 @@ struct StepReport {
   Metadata metadata;
   std::string problem;  // why it is not committed, or why its manifest is unusable
   std::vector<ShardReport> shards;
+  std::vector<TensorReport> tensors;
   std::uint64_t unchecked_shards = 0;  // not opened once kMaxProblemShards had problems
   std::uint64_t bytes() const;
   // Committed with a usable manifest, every shard opens and agrees with it (step, rank, world
@@ -59,5 +70,13 @@ constexpr std::size_t kMaxProblemShards = 16;
 std::vector<StepReport> inspect(const std::string& directory, const InspectOptions& options = {});
 // The step the `latest` pointer names; nullopt when there is none or it is unreadable.
 std::optional<std::uint64_t> latest_step(const std::string& directory);
+
+// Writes sharded tensor `name` of `step` (the newest committed step holding it when absent) as
+// one NumPy array (.npy, row-major; bf16 as its raw bits, '<u2') at `output`, assembled from the
+// chunks of any world size in bounded memory: every chunk's checksum and the tensor's
+// fingerprint are checked, and `output` appears (by rename, never over an existing file) only
+// when all held. Returns the step used; throws trainrt::Error naming what is wrong.
+std::uint64_t export_tensor(const std::string& directory, const std::string& name, std::optional<std::uint64_t> step,
+                            const std::string& output, const std::function<void(const std::string&)>& progress = {});
 
 }  // namespace trainrt::checkpoint
