@@ -105,14 +105,15 @@ std::string check_owned(const struct stat& st, bool directory) {
   return {};
 }
 
-NodeDir NodeDir::open(const std::string& base, const std::string& job, const std::string& node) {
+NodeDir NodeDir::open(const std::string& base, const std::string& job, const std::string& key, const std::string& node) {
   if (std::string why = check_name("job", job); !why.empty()) throw UsageError(why, "memory tier");
   if (std::string why = check_name("node", node); !why.empty()) throw UsageError(why, "memory tier");
   const Dir root = Dir::open(base);  // the tmpfs itself: the caller's path, followed as given
   const Dir user = private_dir(root, user_dir_name());
   const Dir job_dir = private_dir(user, "job-" + job);
+  const Dir key_dir = private_dir(job_dir, "ckpt-" + key);
   NodeDir out;
-  out.node_ = private_dir(job_dir, node);
+  out.node_ = private_dir(key_dir, node);
   out.staging_ = private_dir(out.node_, kStagingName);
   // The lock says "a manager of this job runs here": cleaners (tier-clean, the next job) skip a
   // locked node directory, so a job between two steps is the only case they must judge.
@@ -278,11 +279,21 @@ std::vector<std::string> remove_job(const std::string& base, const std::string& 
     return out;
   }
   bool kept = false;
-  for (const auto& n : dir->names())
-    if (std::string left = remove_node_dir(*dir, n); !left.empty()) {
-      out.push_back(left);
-      kept = true;
+  for (const auto& k : dir->names()) {
+    auto key = dir->sub(k);
+    if (!key || key->stat().st_uid != ::geteuid()) {
+      if (!key) dir->unlink(k);  // a planted file or symlink: the name goes, nothing is followed
+      else out.push_back(fmt::format("{} is not ours: left alone", key->path())), kept = true;
+      continue;
     }
+    bool key_kept = false;
+    for (const auto& n : key->names())
+      if (std::string left = remove_node_dir(*key, n); !left.empty()) {
+        out.push_back(left);
+        key_kept = kept = true;
+      }
+    if (!key_kept) dir->rmdir(k);
+  }
   if (!kept && user->rmdir(name)) out.push_back(fmt::format("removed {}", dir->path()));
   return out;
 }

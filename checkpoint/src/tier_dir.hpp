@@ -2,7 +2,9 @@
 // The memory tier's files on one node (docs/checkpoint.md "Memory tier"):
 //   <base>/trainrt-<uid>/                 mode 0700, owned by the user (refused otherwise)
 //   <base>/trainrt-<uid>/job-<job>/       one job's tier: removed when the job ends
-//   .../job-<job>/<node>/                 one node's; a shared lock file held by every manager
+//   .../job-<job>/ckpt-<key>/             one checkpoint directory's (two trainings in one job
+//                                         never see each other's state): key = XXH3 of its path
+//   .../ckpt-<key>/<node>/                one node's; a shared lock file held by every manager
 //        staging/rank_<r>.shard           a rank's file while a save writes it: not a step
 //        step_<N>/MANIFEST.json           a tier step: the manifest the checkpoint directory gets
 //        step_<N>/rank_<r>.shard          the node's own ranks' shards and the buddy copies it keeps
@@ -40,9 +42,10 @@ std::string check_owned(const struct stat& st, bool directory);
 
 class NodeDir {
  public:
-  // Opens (creating where missing, 0700) base/trainrt-<uid>/job-<job>/<node> and takes a shared
-  // lock on its lock file for this object's life. Throws Error naming the path and the reason.
-  static NodeDir open(const std::string& base, const std::string& job, const std::string& node);
+  // Opens (creating where missing, 0700) base/trainrt-<uid>/job-<job>/ckpt-<key>/<node> and takes
+  // a shared lock on its lock file for this object's life. Throws Error naming the path and the
+  // reason (UsageError for a job or node that is not a file name).
+  static NodeDir open(const std::string& base, const std::string& job, const std::string& key, const std::string& node);
 
   const Dir& dir() const { return node_; }
   const Dir& staging() const { return staging_; }

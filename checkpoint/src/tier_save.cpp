@@ -20,6 +20,7 @@
 #include "manager_impl.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
+#include "xxh3.hpp"
 
 namespace trainrt::checkpoint {
 
@@ -77,8 +78,14 @@ void Manager::Impl::open_tier() {
     turn_tier_off("no job id: outside Slurm set MemoryTier::job (the tier belongs to a job and outlives its steps)");
     return;
   }
+  // The checkpoint directory's own tier: its path as the kernel resolved it (the same on every node
+  // of a shared filesystem, whatever relative path or symlinked parent each rank was given).
+  char resolved[4096] = {};
+  const ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", root.fd()).c_str(), resolved, sizeof resolved - 1);
+  const std::string path = n > 0 ? std::string(resolved, static_cast<std::size_t>(n)) : root.path();
+  const std::string key = fmt::format("{:016x}", XXH3_64bits(path.data(), path.size()));
   try {
-    tier.dir = tier::NodeDir::open(m.base, job, node);
+    tier.dir = tier::NodeDir::open(m.base, job, key, node);
   } catch (const UsageError&) {
     throw;  // a job or node name that is no file name: the caller's mistake, named
   } catch (const Error& e) {

@@ -20,7 +20,7 @@ run() {  # run NP MODE [STEP] --nodes ... [more options]
   local np=$1; shift
   "$mpirun" --allow-run-as-root --oversubscribe -np "$np" "$prog" "$@" --dir "$d/$job" --base "$base" --job "$job" 2>&1
 }
-node_dir() { echo "$base/trainrt-$(id -u)/job-$job/$1"; }
+node_dir() { echo "$(echo "$base/trainrt-$(id -u)/job-$job"/ckpt-*)/$1"; }  # one checkpoint directory per job here
 tier_file() { echo "$(node_dir "$1")/step_$(printf %012d "$2")/rank_$(printf %05d "$3").shard"; }
 count() { grep -c "$1" <<<"$2"; }
 # Flips one byte inside entry 'w' (4 KiB past the header pages).

@@ -23,11 +23,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// <base>/trainrt-<uid>/job-<job>/ckpt-<key>/<node>: the one checkpoint directory's key there.
+std::string tier_node_dir(const std::string& base, const std::string& job, const std::string& node) {
+  const fs::path j = fmt::format("{}/trainrt-{}/job-{}", base, ::geteuid(), job);
+  std::vector<fs::path> keys;
+  if (fs::exists(j))
+    for (const auto& e : fs::directory_iterator(j)) keys.push_back(e.path());
+  if (keys.size() != 1) return (j / "no-single-ckpt-key" / node).string();
+  return (keys[0] / node).string();
+}
+
 // A private tmpfs base (not the real /dev/shm/trainrt-<uid>), one job, one node.
 struct Tier : Fixture {
   std::string base = fmt::format("/dev/shm/trainrt-test-{}-{}", ::getpid(), counter);
   std::string job = "job1";
-  std::string node_dir() const { return fmt::format("{}/trainrt-{}/job-{}/n0", base, ::geteuid(), job); }
+  std::string node_dir() const { return tier_node_dir(base, job, "n0"); }
   std::string tier_file(std::uint64_t step, unsigned rank = 0) const {
     return fmt::format("{}/step_{:012}/rank_{:05}.shard", node_dir(), step, rank);
   }
@@ -231,7 +241,7 @@ TEST_CASE("four ranks on one node: every rank's copy, one manifest, restored tog
     return restored;
   };
   run(true);
-  const std::string step = fmt::format("{}/trainrt-{}/job-j4/n0/step_000000000008", base, ::geteuid());
+  const std::string step = tier_node_dir(base, "j4", "n0") + "/step_000000000008";
   CHECK(fs::exists(step + "/MANIFEST.json"));
   for (unsigned r = 0; r < 4; ++r) CHECK(fs::exists(step + fmt::format("/rank_{:05}.shard", r)));
   CHECK(run(false) == std::vector<std::int64_t>(4, 8));
@@ -283,7 +293,7 @@ TEST_CASE("the tier refuses another user's directory and bad names; snapshot nee
 TEST_CASE("tier files never outlive the job: removal skips a live manager's node", "[memory_tier]") {
   Tier t;
   t.snapshot(1);
-  const std::string job = fs::path(t.node_dir()).parent_path().string();
+  const std::string job = fs::path(t.node_dir()).parent_path().parent_path().string();
   // The manager holds its node directory's lock: removal leaves it.
   auto left = checkpoint::tier::remove_job(t.base, t.job);
   CHECK(fs::exists(t.tier_file(1)));
@@ -291,10 +301,22 @@ TEST_CASE("tier files never outlive the job: removal skips a live manager's node
   CHECK_THAT(left[0], Catch::Contains("in use"));
   t.mgr.reset();
   // A finished job of the same user goes; the current one and one not known to be over stay.
-  fs::create_directories(t.base + fmt::format("/trainrt-{}/job-7/n0/step_000000000001", ::geteuid()));
+  fs::create_directories(t.base + fmt::format("/trainrt-{}/job-7/ckpt-0123456789abcdef/n0/step_000000000001", ::geteuid()));
   auto lines = checkpoint::tier::clean_finished_jobs(t.base, "job1", [](const std::string& j) { return j == "7"; });
   CHECK_FALSE(fs::exists(t.base + fmt::format("/trainrt-{}/job-7", ::geteuid())));
   CHECK(fs::exists(t.tier_file(1)));
   lines = checkpoint::tier::remove_job(t.base, t.job);
   CHECK_FALSE(fs::exists(job));
+}
+
+TEST_CASE("two checkpoint directories in one job never see each other's memory tier", "[memory_tier]") {
+  Tier a, b;
+  fs::remove_all(b.base);
+  b.job = a.job;
+  b.base = a.base;  // same job, same tmpfs, another checkpoint directory
+  b.reopen();
+  a.snapshot(5);
+  REQUIRE(b.restart() == -1);
+  CHECK(b.holds(999));
+  REQUIRE(a.restart() == 5);
 }
