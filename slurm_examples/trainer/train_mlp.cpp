@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "mlp.hpp"
 #include "monitor.hpp"
 #include "options.hpp"
+#include "recovery.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cuda.hpp"
@@ -110,6 +112,7 @@ class Trainer {
   std::vector<std::uint8_t> step_blob = std::vector<std::uint8_t>(8, 0);
   std::uint64_t done = 0;
   float loss = 0;
+  std::function<void()> after_first_step;  // once, after this run's first completed step
 
   void loop(const Shapes& shapes) {
     for (std::uint64_t step = done + 1; step <= o_.steps; ++step) {
@@ -130,6 +133,7 @@ class Trainer {
       rep_.trace.event("allreduce", "comm", t_comm, comm_s);
       const auto [stall, persist] = checkpoint_if_due(step);
       report_step(step, shapes, step_s, comm_s, stall, persist);
+      if (after_first_step) std::exchange(after_first_step, nullptr)();
       monitor_.after_step(step, step_s - comm_s);
     }
   }
@@ -205,14 +209,17 @@ class Trainer {
       persist = pending_.get().persist_seconds;
       pending_ = {};
     }
-    if (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) {
+    const bool to_disk = o_.ckpt_every > 0 && step % o_.ckpt_every == 0;
+    const bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
+    if (to_disk || to_memory) {
       std::memcpy(step_blob.data(), &done, 8);
       // Waiting here for the previous save to persist stalls training too: it counts in the stall,
       // as Manager::save() counts its own wait for a save still in flight.
       const double ts = rep_.trace.now();
       if (pending_.valid()) persist = pending_.get().persist_seconds;
-      pending_ = ckpt_.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
-                                   {"device", engine_.describe()}});
+      checkpoint::Metadata meta{{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
+                                {"device", engine_.describe()}};
+      pending_ = to_disk ? ckpt_.save(step, std::move(meta)) : ckpt_.snapshot(step, std::move(meta));
       stall = rep_.trace.now() - ts;
       rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
     }
@@ -256,6 +263,9 @@ int train(const Options& o) {
   std::filesystem::create_directories(o.out_dir);
   install_stop_signals();
   auto rt = trainrt::init(init_options(o));
+  RecoveryTimes times;
+  times.process_start = run_start;
+  times.init_done = epoch_now();
   const unsigned rank = rt->rank;
   if (rank == 0) fmt::print("train-mlp: {}\n", rt->describe());
   Shapes shapes;
@@ -267,19 +277,35 @@ int train(const Options& o) {
   co.directory = o.ckpt_dir;
   co.keep_last = 2;
   co.log = [rank](const std::string& msg) {
-    if (rank == 0) fmt::print("{}\n", msg);
+    // Rank 0 speaks for the job; any rank's fallback or memory-tier trouble is worth a line.
+    if (rank == 0 || msg.find("skipped") != std::string::npos || msg.find("memory tier: off") != std::string::npos)
+      fmt::print("{}\n", msg);
   };
+  co.memory_tier.enabled = o.memory_tier;
+  co.memory_tier.base = o.memory_tier_dir;
   checkpoint::Manager ckpt(*rt->session, co);
   Monitor monitor(o, *rt, rep.metrics, rep.metrics_path);
   monitor.share_nodes();
   Trainer trainer(o, *rt, *engine, ckpt, rep, monitor);
   trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
+  times.restore_done = epoch_now();
+  const auto& restored = ckpt.last_restore();
+  times.restored_step = restored.step;
+  times.source = restored.source;
+  times.moved_copies = restored.moved_copies;
+  for (const auto& f : restored.fallbacks) times.fallbacks += (times.fallbacks.empty() ? "" : "; ") + f;
+  // A step after a failure: the batch script's times and ours make one recovery line, after the
+  // first step (that is when the job is training again).
+  if (auto script = script_times_from_env(); script && rank == 0)
+    trainer.after_first_step = [&rep, script = *script, &times] {
+      rep.metrics.write(recovery_event(script, times, epoch_now()));
+    };
   rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
   // rank, local_rank and node: trainrt-doctor names culprits by node and maps the shared-memory
   // backend's node-local rank numbers to global ones (docs/doctor.md).
   rep.metrics.write(fmt::format(
-      R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
-      run_start, trainer.done, rt->size, rt->restart_count,
+      R"({{"event":"start","wall":{:.6f},"init_wall":{:.6f},"restore_wall":{:.6f},"restore_source":"{}","restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
+      run_start, times.init_done, times.restore_done, times.source, trainer.done, rt->size, rt->restart_count,
       engine->describe().substr(0, engine->describe().find(' ')),  // cpu | cuda
       rank, rt->local_rank, nlohmann::json(monitor.node()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (rank == 0)
