@@ -24,7 +24,7 @@ ShrinkCheck check_shrink(const std::string& ckpt_dir) {
     c.world_size = r.world_size;
     for (const auto& s : r.shards)
       for (const auto& e : s.entries)
-        if (!e.replicated) {
+        if (!e.replicated && !e.sharded) {  // sharded tensors are resharded on restore
           ++c.sharded_count;
           if (c.sharded.size() < 8 && std::find(c.sharded.begin(), c.sharded.end(), e.name) == c.sharded.end())
             c.sharded.push_back(e.name);
@@ -36,14 +36,16 @@ ShrinkCheck check_shrink(const std::string& ckpt_dir) {
     return c;
   }
   if (c.sharded_count == 0) {
-    c.message = fmt::format("step {} holds replicated state only: a smaller world can restore it", *c.step);
+    c.message = fmt::format("step {} holds replicated state and sharded tensors only: a smaller world can restore it",
+                            *c.step);
     return c;
   }
   c.can_shrink = false;
   std::string names;
   for (const auto& n : c.sharded) names += (names.empty() ? "" : ", ") + n;
-  c.message = fmt::format("step {} holds sharded state ({}{}; {} entries over all shards) saved by {} ranks: only {} "
-                          "ranks can restore it, so the world cannot shrink",
+  c.message = fmt::format("step {} holds per-rank state ({}{}; {} entries over all shards) saved by {} ranks: only {} "
+                          "ranks can restore it, so the world cannot shrink (a chunk of a global tensor registered "
+                          "with a Shard would reshard)",
                           *c.step, names, c.sharded_count > c.sharded.size() ? ", ..." : "", c.sharded_count,
                           c.world_size, c.world_size);
   return c;

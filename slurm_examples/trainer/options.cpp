@@ -57,6 +57,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "--straggler-every steps and at the end; %n: the node name (e.g. "
                  "/var/lib/prometheus/node-exporter/train-%n.prom)");
   app.add_option("--dump-params", o.dump_params, "rank 0 writes the final parameters (raw f32: w1, b1, w2, b2) to this file");
+  app.add_flag("--shard-optimizer", o.shard_optimizer,
+               "keep AdamW's moments sharded across the ranks (ZeRO-1: reduce-scatter the gradients, update the owned "
+               "slice, allgather the parameters); its checkpoints restore at another world size. cpu engine only");
   app.add_flag("--check-device", o.check_device,
                "only check for a usable CUDA device: exit 0 when there is one, 77 when there is none (or no driver), "
                "1 on any other CUDA error");

@@ -35,6 +35,30 @@ TEST_CASE("replicated state can shrink, sharded state is reported with its entri
   std::filesystem::remove_all(shard);
 }
 
+TEST_CASE("chunks of global tensors can shrink: a smaller world reshards them") {
+  const auto dir = fresh_dir("tensors");
+  trainrt::testing::ThreadWorld world(2);
+  std::vector<std::thread> ranks;
+  for (unsigned r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      trainrt::testing::ThreadSession session(world, r);
+      std::vector<float> w(1000, static_cast<float>(r));
+      trainrt::checkpoint::Options o;
+      o.directory = dir;
+      trainrt::checkpoint::Manager m(session, o);
+      m.register_buffer("w", w.data(), w.size() * 4, trainrt::DType::F32, {1000},
+                        trainrt::checkpoint::Shard{{2000}, {1000 * static_cast<std::int64_t>(r)}});
+      m.save(5).get();
+    });
+  for (auto& t : ranks) t.join();
+  auto c = check_shrink(dir);
+  INFO(c.message);
+  CHECK(c.can_shrink);
+  CHECK(c.step == 5u);
+  CHECK(c.sharded_count == 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("no checkpoint at all: nothing to restore, the world may change") {
   auto c = check_shrink(fresh_dir("none"));
   CHECK(c.can_shrink);
