@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Hostile inputs for trainrt-doctor (issue 31; docs/hostile-inputs.md "Doctor").
+"""Hostile inputs for trainrt-doctor and for every tool that answers a question about a folder
+(issue 31; docs/hostile-inputs.md "Doctor").
 
 Usage: hostile_doctor.py CLASS TRAINRT_DOCTOR TRAINRT_CKPT CKPT_MP TRAINRT_TOPO TRAIN_SBATCH
-CLASS: redirect | bounds. Every program runs under a timeout and a 1 GiB address-space limit
-(tests/checkpoint/hostile_lib.py); a hang, a death by a signal, or an exit code other than the
-case's fails it. The programs run from copies in a scratch folder. Prints one line per case and
-"hostile doctor CLASS: N cases, N held"; exit 0 when all held, 1 otherwise."""
+CLASS: redirect | bounds | users. Every program runs under a timeout and a 1 GiB address-space
+limit (tests/checkpoint/hostile_lib.py); a hang, a death by a signal, an exit 2 without naming the
+problem, or an answer given on input that could not be read fails the case. The users class acts
+as uid 65534 on copies of the programs in a folder that uid can reach, and says SKIPPED (77) when
+not root. Prints one line per case and "hostile doctor CLASS: N cases, N held"; exit 0 when all
+held, 1 otherwise."""
 import os
 import shutil
 import subprocess

@@ -1,11 +1,12 @@
 """The cases of hostile_doctor.py, by class: redirect (links, FIFOs, a file swapped for a FIFO after the
-listing), bounds (files at and past the caps)."""
+listing), bounds (files at and past the caps), users (another uid: a permission error is never
+"absent", for trainrt-doctor, --can-shrink, trainrt-ckpt, trainrt-topo --cache and train.sbatch)."""
 import os
 import threading
 
 import hostile_lib as H
 
-CASES = {"redirect": [], "bounds": []}
+CASES = {"redirect": [], "bounds": [], "users": []}
 
 
 def case(klass, name):
@@ -170,3 +171,106 @@ def _(c):
             write(d, f"flight_rank{r}.json", flight(r, "r" * 1000 + f" waiting for rank(s) 3"))
     r = c.doctor(d, rcs=(1,), timeout=60)
     assert "never arrived: rank 3 on n0" in r.out, r
+
+
+# ============================================================ users (root only; the programs run as uid 65534)
+
+def locked(c, name="locked"):
+    """A folder only root may enter, inside the scratch folder."""
+    p = c.env.fresh(name)
+    os.chmod(p, 0o700)
+    return p
+
+
+@case("users", "a run folder inside a folder uid 65534 may not enter: exit 2 naming 'Permission denied'")
+def _(c):
+    d = os.path.join(locked(c), "run")
+    os.makedirs(d)
+    r = c.doctor(d, as_nobody=True, rcs=(2,))
+    assert "Permission denied" in r.out, r
+
+
+@case("users", "a run folder uid 65534 may not list: exit 2 naming 'Permission denied'")
+def _(c):
+    d = c.run_dir()
+    os.chmod(d, 0o711)
+    r = c.doctor(d, as_nobody=True, rcs=(2,))
+    assert "Permission denied" in r.out, r
+
+
+@case("users", "one rank's unreadable flight file is no absent rank: exit 2, no culprit for train.sbatch")
+def _(c):
+    d = c.run_dir(reason="step 7: nccl: allreduce did not complete within 5000 ms")
+    write(d, "flight_rank3.json", flight(3, "watchdog: no step progress", last_completed=7, in_flight=8))
+    os.chmod(os.path.join(d, "flight_rank3.json"), 0o600)
+    r = c.doctor(d, as_nobody=True, rcs=(2,))
+    assert "flight_rank3.json" in r.out and "Permission denied" in r.out, r
+    r = c.doctor(d, "--culprit-nodes", as_nobody=True, rcs=(2,))
+    assert r.out.strip() == "", f"culprit nodes named on unreadable input: {r}"
+
+
+@case("users", "--can-shrink on a checkpoint behind a folder uid 65534 may not enter: exit 2, not 'no checkpoint'")
+def _(c):
+    ckpt = os.path.join(locked(c), "ckpt")
+    assert H.run([c.env.mp, "cycle", ckpt, "2"]).rc == 0
+    link = os.path.join(c.env.fresh("run"), "ckpt")
+    os.symlink(ckpt, link)
+    for path in (ckpt, link):
+        r = c.doctor("--can-shrink", path, as_nobody=True, rcs=(2,))
+        assert "Permission denied" in r.out, r
+
+
+@case("users", "--can-shrink, trainrt-ckpt verify and list with a newer step uid 65534 may not read: exit 2")
+def _(c):
+    ckpt = c.env.fresh("ckpt")
+    assert H.run([c.env.mp, "cycle", ckpt, "3"]).rc == 0  # steps 1 and 2 committed
+    os.chmod(os.path.join(ckpt, H.step_name(2)), 0o700)
+    r = c.doctor("--can-shrink", ckpt, as_nobody=True, rcs=(2,))
+    assert "step 2" in r.out and "Permission denied" in r.out, r
+    for args in (["verify", ckpt], ["verify", ckpt, "--json"], ["list", ckpt]):
+        r = c.run([c.env.ckpt, *args], as_nobody=True)
+        lines = [l for l in r.err.splitlines() if l.strip()]
+        assert r.rc == 2 and len(lines) == 1 and "Permission denied" in lines[0], f"trainrt-ckpt {args[0]}: {r}"
+    # As root (no permission error) the same checkpoint answers as usual.
+    assert c.run([c.env.ckpt, "verify", ckpt]).rc == 0
+
+
+@case("users", "trainrt-topo --cache with a cache uid 65534 may not read: exit 2 naming 'Permission denied'")
+def _(c):
+    d = c.env.fresh("cache")
+    xml = os.path.join(d, "node.xml")
+    write(d, "node.xml", '<system version="1"><cpu numaid="0" affinity="0000000f"><pci busid="0000:01:00.0" '
+          'class="0x030200" vendor="0x10de" device="0x2330"/></cpu></system>\n')
+    cache = os.path.join(d, "topology.cache")
+    r = c.run([c.env.topo, "--nccl-xml", xml, "--write-cache", cache])
+    assert r.rc == 0, r
+    assert c.run([c.env.topo, "--nccl-xml", xml, "--cache", cache], as_nobody=True).rc == 0
+    os.chmod(cache, 0o600)
+    r = c.run([c.env.topo, "--nccl-xml", xml, "--cache", cache], as_nobody=True)
+    assert r.rc == 2 and "Permission denied" in r.text, r
+
+
+@case("users", "train.sbatch as uid 65534: a checkpoint it cannot read means 'do not shrink', never an exclusion")
+def _(c):
+    run_dir = c.run_dir(name="job")  # the doctor names rank 3 on n2
+    os.rename(run_dir, run_dir + ".tmp")
+    os.makedirs(run_dir)
+    os.rename(run_dir + ".tmp", os.path.join(run_dir, "out"))
+    ckpt = os.path.join(locked(c), "ckpt")
+    assert H.run([c.env.mp, "cycle", ckpt, "2"]).rc == 0
+    os.symlink(ckpt, os.path.join(run_dir, "ckpt"))
+    stubs = c.env.fresh("stubs")
+    log = os.path.join(stubs, "srun.log")
+    write(stubs, "srun", f'#!/bin/bash\necho "$*" >> {log}\n[[ $(wc -l < {log}) -ge 2 ]]\n')
+    write(stubs, "scontrol", '#!/bin/bash\n[[ $1 == show ]] && printf "n1\\nn2\\n"\n')
+    for n in ("srun", "scontrol"):
+        os.chmod(os.path.join(stubs, n), 0o755)
+    os.chmod(stubs, 0o777)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "TRAINER": "/bin/true", "RUN_DIR": run_dir, "DOCTOR": c.env.doctor,
+           "MAX_RERUNS": "1", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NTASKS_PER_NODE": "2",
+           "SLURM_SUBMIT_DIR": stubs}
+    r = c.run(["bash", c.env.sbatch], as_nobody=True, env=env, timeout=60)
+    calls = open(log).read().splitlines()
+    assert r.rc == 0 and len(calls) == 2, f"wanted a failed step and one rerun: {calls} {r}"
+    assert "never arrived: rank 3 on n2" in r.out, f"the doctor's verdict is not in the job log: {r}"
+    assert "--exclude" not in calls[1] and "not excluding n2" in r.out, f"excluded on an unanswerable question: {calls} {r}"
