@@ -82,6 +82,15 @@ class FieldReader {
   std::function<void(const std::optional<Fields>&)> on_item;
   std::function<void()> on_list;
 
+  // Ready for the next document (one reader serves every line of a metrics file).
+  void reset() {
+    top.clear();
+    top_is_object = list_is_array = false;
+    depth_ = 0;
+    key_ = item_key_ = -1;
+    in_list_key_ = in_list_ = item_open_ = false;
+  }
+
   Fields top;
   bool top_is_object = false;  // the document is an object (false: an array, a scalar, nothing)
   bool list_is_array = false;  // the last `list_key` value was an array

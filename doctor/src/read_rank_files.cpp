@@ -37,22 +37,24 @@ bool opened(const RankFile& f, Reading& r) {
 }
 
 struct MetricsState {
+  MetricsState(RankData& rd_, Reading& r_, const std::string& name_) : rd(rd_), r(r_), name(name_) {}
   RankData& rd;
   Reading& r;
   const std::string& name;
+  FieldReader f{{"event", "world", "wall", "node", "local_rank", "rank", "step", "step_s", "allreduce_s"}, "", {},
+                r.lim.max_depth, kMaxString};
   std::deque<double> compute;
   std::size_t line_no = 0, bad = 0;
   bool truncated_line = false;
 
-  void line(const std::string& text, bool newline, bool too_long) {
+  void line(std::string_view text, bool newline, bool too_long) {
     ++line_no;
     if (too_long) {
       r.note(fmt::format("{}: line {} longer than {} bytes: skipped", name, line_no, r.lim.max_line_bytes));
       return;
     }
-    FieldReader f({"event", "world", "wall", "node", "local_rank", "rank", "step", "step_s", "allreduce_s"}, "", {},
-                  r.lim.max_depth, kMaxString);
-    const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &f);
+    f.reset();
+    const bool ok = nlohmann::json::sax_parse(text.data(), text.data() + text.size(), &f);
     if (!ok || !f.top_is_object) {
       if (!newline) truncated_line = true;  // the last line, cut: a rank killed mid-write
       else if (++bad <= 3) r.note(fmt::format("{}: line {} is not a JSON object: skipped", name, line_no));
@@ -125,25 +127,28 @@ void read_metrics(const RunDir& dir, const std::string& name, std::uint64_t allo
     for (int c = src.next(); c >= 0 && c != '\n'; c = src.next()) {
     }
   }
-  MetricsState m{rd, r, name, {}};
+  MetricsState m{rd, r, name};
+  // A line is scanned a buffer at a time (memchr) and copied only when it straddles two buffers;
+  // past max_line_bytes it is skipped to its end without being kept.
   std::string line;
   bool too_long = false;
-  for (;;) {
-    const int c = src.next();
-    if (c < 0) {
-      if (!line.empty() || too_long) m.line(line, false, too_long);
-      break;
+  for (std::string_view buf = src.buffered(); !buf.empty(); buf = src.buffered()) {
+    const void* nl = std::memchr(buf.data(), '\n', buf.size());
+    const std::size_t n = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - buf.data()) : buf.size();
+    const std::string_view part = buf.substr(0, n);
+    src.take(nl ? n + 1 : n);
+    if (!too_long && line.size() + part.size() > r.lim.max_line_bytes) too_long = true, line.clear();
+    if (!nl) {
+      if (!too_long) line.append(part);
+      continue;
     }
-    if (c == '\n') {
-      m.line(line, true, too_long);
-      line.clear();
-      too_long = false;
-    } else if (line.size() < r.lim.max_line_bytes) {
-      line.push_back(static_cast<char>(c));
-    } else {
-      too_long = true;
-    }
+    if (too_long) m.line({}, true, true);
+    else if (line.empty()) m.line(part, true, false);  // the whole line in the buffer: no copy
+    else m.line(line.append(part), true, false);
+    line.clear();
+    too_long = false;
   }
+  if (!line.empty() || too_long) m.line(line, false, too_long);
   if (src.error()) r.error(fmt::format("{}: cannot read: {}", name, std::strerror(src.error())));
   rd.compute_s.assign(m.compute.begin(), m.compute.end());
   if (m.bad > 3) r.note(fmt::format("{}: {} unreadable lines in all", name, m.bad));

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trainrt/fd.hpp"
@@ -59,6 +60,12 @@ class ByteSource {
   bool at_end() { return pos_ == len_ && !fill(); }
   char peek() const { return buf_[pos_]; }  // only after at_end() said false
   void advance() { ++pos_; }
+  // The bytes buffered and not yet taken (empty only at the end), for scanning a line at a time.
+  std::string_view buffered() {
+    if (pos_ == len_ && !fill()) return {};
+    return {buf_.get() + pos_, len_ - pos_};
+  }
+  void take(std::size_t n) { pos_ += n; }
   int error() const { return err_; }
   std::uint64_t consumed() const { return consumed_ - (len_ - pos_); }
 

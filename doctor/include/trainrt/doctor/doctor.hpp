@@ -23,7 +23,7 @@ namespace trainrt::doctor {
 struct Limits {
   std::uintmax_t max_flight_bytes = 16u << 20;     // a larger flight file is not read (a real one: ~30 KB)
   std::uintmax_t max_metrics_bytes = 256u << 20;   // a larger metrics file is read from its end (the newest)
-  std::uintmax_t max_total_bytes = 4ull << 30;     // bytes read from all files together
+  std::uintmax_t max_total_bytes = 2ull << 30;     // bytes read from all files together
   std::size_t max_line_bytes = 64 << 10;           // a longer metrics line is skipped with a note
   std::size_t max_ops = 4096;                      // flight ops kept per rank (the newest) ...
   std::size_t max_total_ops = 1u << 20;            // ... and over all ranks (each keeps at least 16)
