@@ -8,8 +8,10 @@ install(TARGETS trainrt EXPORT trainrtTargets
 foreach(dir common/include pmix_bootstrap/include kernels/include checkpoint/include runtime/include)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
           FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
-          # Shared by the topology loaders and the plugin, not part of libtrainrt's exported API.
-          PATTERN "small_file.hpp" EXCLUDE)
+          # Shared by the topology loaders, the plugin, the writers and the tools, not part of
+          # libtrainrt's exported API.
+          PATTERN "small_file.hpp" EXCLUDE PATTERN "temp_file.hpp" EXCLUDE
+          PATTERN "access_error.hpp" EXCLUDE)
 endforeach()
 install(EXPORT trainrtTargets NAMESPACE trainrt:: DESTINATION ${TRAINRT_CMAKE_DIR} COMPONENT dev)
 

@@ -1,24 +1,34 @@
 #include "trainrt/doctor/shrink.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 
+#include "trainrt/access_error.hpp"
 #include "trainrt/checkpoint/inspect.hpp"
+#include "trainrt/error.hpp"
 
 namespace trainrt::doctor {
 
 ShrinkCheck check_shrink(const std::string& ckpt_dir) {
   ShrinkCheck c;
-  std::error_code ec;
-  if (!std::filesystem::exists(ckpt_dir, ec)) {
+  // Only a directory that is not there is "no checkpoint": one this user may not look at (a parent
+  // without search permission answers EACCES, also behind a symlink) cannot be answered about.
+  struct stat st {};
+  if (::stat(ckpt_dir.c_str(), &st) != 0) {
+    if (errno != ENOENT) throw Error(fmt::format("cannot look at the checkpoint directory: {}", std::strerror(errno)), ckpt_dir);
     c.message = "no checkpoint directory: a rerun starts from step 0 at any world size";
     return c;
   }
   checkpoint::InspectOptions o;
   o.check_data = false;
   for (const auto& r : checkpoint::inspect(ckpt_dir, o)) {  // newest first
+    // A newer step this user cannot read may be the one the rerun restores: no answer.
+    for (const auto& p : r.problems())
+      if (reports_access_error(p)) throw Error(fmt::format("step {}: {}", r.step, p), ckpt_dir);
     if (!r.intact()) continue;
     c.step = r.step;
     c.world_size = r.world_size;

@@ -15,6 +15,7 @@ using the same tensor objects, and do not resize or replace them after registeri
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -57,6 +58,30 @@ def stop_requested() -> bool:
     return _trainrt.stop_requested()
 
 
+def _path(p: Any) -> str:
+    """A directory argument as the runtime takes it: a str, bytes (os.fsdecode'd, never str(b'...'),
+    which would name a folder "b'...'") or any os.PathLike. Anything else, an empty path, a NUL
+    character (the C side would stop there) or a name that is not UTF-8 (the C side takes UTF-8) is
+    a UsageError naming it."""
+    try:
+        p = os.fspath(p)
+    except TypeError:
+        raise UsageError(f"checkpoint: a directory must be a str, bytes or os.PathLike, got a {type(p).__name__}") \
+            from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise UsageError("checkpoint: the directory is an empty path")
+    if "\0" in p:
+        raise UsageError(f"checkpoint: the directory {p!r} holds a NUL character")
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"checkpoint: the directory {p!r} is not valid UTF-8 (bytes that are not UTF-8 cannot reach "
+                         "the runtime); rename it") from None
+    return p
+
+
 def _is_tensor(v: Any) -> bool:
     return hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
 
@@ -94,14 +119,15 @@ class Manager:
     runtime's SIGTERM/SIGUSR1 handlers (they set the flag stop_requested() reads, replacing any
     Python handler of those two signals)."""
 
-    def __init__(self, directory: str, keep_last: int = 2, *, verify_before_load: bool = False,
-                 verbose: Optional[bool] = None) -> None:
+    def __init__(self, directory: "str | bytes | os.PathLike", keep_last: int = 2, *,
+                 verify_before_load: bool = False, verbose: Optional[bool] = None) -> None:
+        directory = _path(directory)
         w = _world() if is_initialized() else init()
         self._world = w
         # verbose: the runtime's progress lines (commits, removed and skipped steps, restores) on
         # stderr; None: rank 0's only.
         log = (w.rank == 0) if verbose is None else bool(verbose)
-        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), log)
+        self._m = _trainrt.Manager(w._w, directory, int(keep_last), bool(verify_before_load), log)
         self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
         # Non-tensor values saved as one JSON entry per registration:
         # blob name -> [(key, read the live value, write a restored value)]
@@ -361,22 +387,23 @@ def _materialize_optimizer_state(torch: Any, optimizer: Any, params: List[Any]) 
                     st[k] = type(v)(0)  # a step counter kept as a number
 
 
-def verify(directory: str, step: Optional[int] = None) -> VerifyReport:
+def verify(directory: "str | bytes | os.PathLike", step: Optional[int] = None) -> VerifyReport:
     """Reads every checksum of one step without a job (what `trainrt-ckpt verify` does): `step`,
     or the newest committed step when None. Never raises for a damaged checkpoint: the report says
     what is wrong. Raises CheckpointError when `directory` cannot be read at all."""
+    directory = _path(directory)
     if step is not None:
         _step(step)
-    steps = _trainrt.inspect(str(directory), step)
+    steps = _trainrt.inspect(directory, step)
     if step is not None:
         chosen = next((s for s in steps if s["step"] == step), None)
         if chosen is None:
-            return VerifyReport(str(directory), step, False, [f"step {step}: not found in {directory}"], steps=steps)
+            return VerifyReport(directory, step, False, [f"step {step}: not found in {directory}"], steps=steps)
     else:
         chosen = next((s for s in steps if s["committed"]), None)
         if chosen is None:
             why = "no committed step" if steps else "no step at all"
-            return VerifyReport(str(directory), -1, False, [f"{directory}: {why}"], steps=steps)
-    return VerifyReport(str(directory), chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
+            return VerifyReport(directory, -1, False, [f"{directory}: {why}"], steps=steps)
+    return VerifyReport(directory, chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
                         metadata=dict(chosen["metadata"]), world_size=chosen["world_size"], bytes=chosen["bytes"],
                         entries=list(chosen["entries"]), steps=steps)

@@ -113,6 +113,7 @@ void finalize_node(Node& node) {
   }
   if (node.all_cpus.empty())
     for (const auto& core : node.cores) node.all_cpus |= core.pus;
+  check_node(node, node.source);
 }
 
 }  // namespace trainrt::topo

@@ -20,7 +20,9 @@ struct ShrinkCheck {
 };
 
 // Reads headers only (no checksums): fast enough to run between two srun steps. Throws
-// trainrt::Error when the directory exists but cannot be read.
+// trainrt::Error when the directory cannot be looked at (anything but "does not exist"), cannot be
+// read, or holds a step newer than the one chosen that this user is refused (a permission or I/O
+// error is never taken for "no step").
 ShrinkCheck check_shrink(const std::string& ckpt_dir);
 
 }  // namespace trainrt::doctor
