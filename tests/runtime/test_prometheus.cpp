@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/temp_dir.hpp"
 #include "trainrt/runtime/prometheus.hpp"
 #include "trainrt/error.hpp"
 
@@ -67,10 +68,9 @@ TEST_CASE("bad metric or label names and types are refused") {
 }
 
 TEST_CASE("the file is replaced atomically, no temporary left behind") {
-  const fs::path dir = fs::temp_directory_path() / ("prom-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "trainrt.prom").string();
+  const trainrt::testing::TempDir tmp("prom-test-");
+  const fs::path& dir = tmp.path();
+  const std::string path = tmp / "trainrt.prom";
   trainrt::write_prometheus_textfile(path, trainrt::training_samples(sample_gauges()));
   auto g = sample_gauges();
   g.step = 201;
@@ -80,7 +80,6 @@ TEST_CASE("the file is replaced atomically, no temporary left behind") {
   for (auto& e : fs::directory_iterator(dir)) files += (void(e), 1);
   CHECK(files == 1);
   CHECK_THROWS_AS(trainrt::write_prometheus_textfile((dir / "no" / "such.prom").string(), {}), trainrt::Error);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("quantile by nearest rank") {

@@ -7,7 +7,7 @@
 #include "trainrt/topology/placement.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 
