@@ -58,19 +58,6 @@ const char* name_of(const std::pair<const char*, E> (&table)[N], E value) {
 
 }  // namespace
 
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '\\') {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 const char* to_string(BindMode mode) { return name_of(kBind, mode); }
 const char* to_string(NcclTopo mode) { return name_of(kNcclTopo, mode); }
 

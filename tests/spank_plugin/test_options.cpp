@@ -47,7 +47,11 @@ TEST_CASE("user options: each bad input names what was wrong and what is valid",
                         Case{"bind=maybe", "unknown bind mode"}, Case{"gpus=some", "unknown gpus mode"},
                         Case{"nics=all", "unknown nics scope 'all'"}, Case{"mem=loose", "unknown mem policy"},
                         Case{"launcher=", "'launcher' needs a value"}, Case{"env=x", "unknown env mode 'x'"},
-                        Case{"policy=\x01", "\\x01"}}) {
+                        Case{"policy=\x01", "\\x01"},
+                        // Quoted through common's escaper: a bidi override and a backslash escaped,
+                        // valid UTF-8 kept as it is.
+                        Case{"policy=\xe2\x80\xae", "'\\xe2\\x80\\xae'"}, Case{"policy=a\\b", "'a\\x5cb'"},
+                        Case{"policy=caf\xc3\xa9", "'caf\xc3\xa9'"}}) {
     INFO(c.text);
     CHECK_THROWS_WITH(parse_user_options(c.text), Catch::StartsWith("--train-runtime: ") && Catch::Contains(c.says) &&
                                                       Catch::Contains("valid: policy=rail|numa|none"));
