@@ -2,11 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <set>
 #include <utility>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
@@ -96,12 +96,11 @@ UserOptions parse_user_options(std::string_view text) {
     } else if (key == "launcher") {
       o.launcher = value ? choose(kLauncher, "launcher mode", need_value()) : LauncherMode::On;
     } else if (key == "tasks-per-gpu") {
-      std::string_view v = need_value();
-      unsigned n = 0;
-      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || ptr != v.data() + v.size()) reject(fmt::format("tasks-per-gpu '{}' is not a number", printable(v)));
-      if (n < 1 || n > kMaxTasksPerGpu) reject(fmt::format("tasks-per-gpu '{}' is out of range", printable(v)));
-      o.tasks_per_gpu = n;
+      try {
+        o.tasks_per_gpu = parse_number(need_value(), "a number of tasks per GPU", 1u, kMaxTasksPerGpu, "tasks-per-gpu");
+      } catch (const Error& e) {
+        reject(e.what());
+      }
     } else if (key == "show") {
       no_value();
       o.show = true;

@@ -12,7 +12,6 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -26,6 +25,7 @@ extern "C" {
 #include "step_plan.hpp"
 #include "task_plan.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 
@@ -152,11 +152,6 @@ topo::CpuSet own_affinity() {
   throw trainrt::Error("sched_getaffinity failed");
 }
 
-unsigned parse_count(const std::string& text) {
-  unsigned v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  return ec == std::errc() && p == text.data() + text.size() && v <= 1024 ? v : 0;
-}
 
 void choose_network(spank_t sp, StepFacts& f) {
   std::string user_if = job_getenv(sp, "TRAINRT_IFNAME");
@@ -200,7 +195,8 @@ StepFacts gather_facts(spank_t sp, bool live) {
   f.step_nodelist = job_getenv(sp, "SLURM_STEP_NODELIST");
   f.step_gpus = job_getenv(sp, "SLURM_STEP_GPUS");
   f.cuda_visible_devices = job_getenv(sp, "CUDA_VISIBLE_DEVICES");
-  f.gpus_per_task = parse_count(job_getenv(sp, "SLURM_GPUS_PER_TASK"));
+  // Not a count: taken as --gpus-per-task not given (0), so no per-task GPU binding is assumed.
+  f.gpus_per_task = trainrt::to_number(job_getenv(sp, "SLURM_GPUS_PER_TASK"), 0u, 1024u).value_or(0);
   f.gpu_bind = job_getenv(sp, "SLURM_GPU_BIND");
   if (live) {
     f.stepd_affinity = own_affinity();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 #include "trainrt/topology/render.hpp"
 
@@ -17,10 +18,6 @@ std::vector<std::string> split_list(const std::string& text) {
   for (auto part : split(text, ','))
     if (!part.empty()) out.emplace_back(part);
   return out;
-}
-
-bool is_number(const std::string& s) {
-  return !s.empty() && s.size() < 8 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 topo::CpuSet allowed_cpus(const topo::Node& node, const StepFacts& f) {
@@ -62,8 +59,9 @@ unsigned gpu_index(const topo::Node& node, const StepFacts& f, const std::string
       if (g.busid == busid) return g.index;
     return std::nullopt;
   };
-  if (is_number(id)) {
-    unsigned n = static_cast<unsigned>(std::stoul(id));
+  // A gres device number (a device minor, at most 7 digits); anything else is a UUID, or an error below.
+  if (const auto number = to_number(id, 0u, 9999999u)) {
+    const unsigned n = *number;
     if (!f.driver_gpus.empty()) {
       for (const auto& d : f.driver_gpus)
         if (d.minor == static_cast<int>(n)) {

@@ -61,6 +61,21 @@ TEST_CASE("malformed and foreign XML are rejected with the reason", "[loader]") 
       load_nccl_xml(write_file(dir, "busid.xml",
                                "<system version=\"1\"><cpu numaid=\"0\" affinity=\"ff\"><pci busid=\"zz\" class=\"0x030200\"/></cpu></system>")),
       Catch::Contains("busid"));
+  // Numbers are whole and within their range (trainrt/number.hpp): what strtoul and sscanf let
+  // through (a tail, a space, a bus beyond 0xff, a function beyond 7) is refused, naming it.
+  auto gpu = [&](const char* name, const std::string& busid, const std::string& vendor) {
+    return load_nccl_xml(write_file(dir, name,
+                                    "<system version=\"1\"><cpu numaid=\"0\" affinity=\"ff\"><pci busid=\"" + busid +
+                                        "\" class=\"0x030200\" vendor=\"" + vendor + "\"/></cpu></system>"));
+  };
+  CHECK_THROWS_WITH(gpu("vendor.xml", "0000:01:00.0", "0x10dezz"), Catch::Contains("vendor: '10dezz' is not a hexadecimal"));
+  for (const char* bad : {"0000:100:00.0", "0000:01:20.0", "0000:01:00.8", " 0000:01:00.0", "0000:01:00.0x", "1:2:3:4.0"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(gpu("bus.xml", bad, "0x10de"), Catch::Contains("bad busid"));
+  }
+  CHECK(gpu("upper.xml", "0000:B1:00.0", "0x10DE").gpus.at(0).busid == "0000:b1:00.0");
+  CHECK(gpu("vmd.xml", "10000:01:00.0", "0x10de").gpus.at(0).busid == "10000:01:00.0");
+  CHECK(gpu("short.xml", "01:00.0", "0x10de").gpus.at(0).busid == "0000:01:00.0");
 }
 
 TEST_CASE("a node without GPUs loads: it is the caller who decides whether that is an error", "[loader]") {

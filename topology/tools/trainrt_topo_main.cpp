@@ -17,6 +17,7 @@
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
@@ -49,10 +50,10 @@ int gather_and_check(const std::string& line) {
   options.timeout = std::chrono::seconds(60);
   auto session = trainrt::bootstrap::Session::open(options);
   const char* ntasks = std::getenv("SLURM_STEP_NUM_TASKS");
-  if (session->is_single_process() && ntasks && std::atoi(ntasks) > 1)
+  if (session->is_single_process() && ntasks && trainrt::to_number<unsigned>(ntasks).value_or(0) > 1)
     throw trainrt::Error(fmt::format("{} tasks but no PMIx server to gather them: run it as srun --mpi=pmix ... "
                                      "trainrt-topo --check",
-                                     std::atoi(ntasks)),
+                                     ntasks),
                          "--check");
   std::vector<std::uint8_t> mine(line.begin(), line.end());
   std::string all;
