@@ -10,7 +10,7 @@ foreach(dir common/include pmix_bootstrap/include kernels/include checkpoint/inc
           FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
           # Shared by the modules (the topology loaders, the plugin, the binding), not part of
           # libtrainrt's API: a consumer could not count on their symbols.
-          PATTERN "small_file.hpp" EXCLUDE PATTERN "number.hpp" EXCLUDE)
+          PATTERN "small_file.hpp" EXCLUDE PATTERN "number.hpp" EXCLUDE PATTERN "data_interface.hpp" EXCLUDE)
 endforeach()
 install(EXPORT trainrtTargets NAMESPACE trainrt:: DESTINATION ${TRAINRT_CMAKE_DIR} COMPONENT dev)
 

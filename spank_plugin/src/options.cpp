@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "trainrt/data_interface.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
@@ -228,9 +229,11 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
     } else if (key == "rail_ids") {
       c.rail_ids = flag(key, value);
     } else if (key == "ifname") {
-      // Linux interface names: at most 15 bytes, no '/' or whitespace.
-      if (value.size() > 15 || value.find_first_of("/ \t") != std::string::npos || value == "." || value == "..")
-        throw bad(key, value);
+      try {
+        check_interface_name(value, "ifname");  // the rule every reader of an interface name applies
+      } catch (const Error& e) {
+        throw Error(fmt::format("plugstack.conf: {}; {}", e.what(), valid));
+      }
       c.ifname = value;
     } else {
       throw Error(fmt::format("plugstack.conf: unknown key '{}'; {}", printable(key), valid));

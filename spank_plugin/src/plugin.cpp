@@ -24,6 +24,7 @@ extern "C" {
 #include "options.hpp"
 #include "step_plan.hpp"
 #include "task_plan.hpp"
+#include "trainrt/data_interface.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/number.hpp"
 #include "trainrt/topology/cache.hpp"
@@ -154,8 +155,15 @@ topo::CpuSet own_affinity() {
 
 
 void choose_network(spank_t sp, StepFacts& f) {
-  std::string user_if = job_getenv(sp, "TRAINRT_IFNAME");
-  f.ifname = user_if.empty() ? state().admin.ifname : parse_admin_args({"ifname=" + user_if}).ifname;
+  // The job's own variables first, then the site's ifname=: the rule the runtime and trainrt.torch
+  // apply too (trainrt/data_interface.hpp), so MASTER_ADDR is on the network they use.
+  f.ifname = trainrt::data_interface(
+                 [&](std::string_view name) -> std::optional<std::string> {
+                   std::string v = job_getenv(sp, std::string(name).c_str());
+                   return v.empty() ? std::nullopt : std::optional<std::string>(std::move(v));
+                 },
+                 trainrt::node_interfaces(), state().admin.ifname, "plugstack.conf ifname")
+                 .name;
   MasterInput in;
   in.first_host = first_host(f.step_nodelist.empty() ? f.hostname : f.step_nodelist);
   in.this_is_first = f.node_id == 0;

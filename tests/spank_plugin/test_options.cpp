@@ -148,7 +148,9 @@ TEST_CASE("plugstack arguments", "[options]") {
   AdminConfig net = parse_admin_args({"ifname=ib0", "rail_ids=1"});
   CHECK(net.ifname == "ib0");
   CHECK(net.rail_ids);
-  CHECK_THROWS_WITH(parse_admin_args({"ifname=../etc"}), Catch::Contains("ifname='../etc'"));
-  CHECK_THROWS_WITH(parse_admin_args({"ifname=averyveryverylongname"}), Catch::Contains("ifname="));
+  CHECK_THROWS_WITH(parse_admin_args({"ifname=../etc"}),
+                    Catch::StartsWith("plugstack.conf: ifname: '../etc' cannot be a network interface name"));
+  CHECK_THROWS_WITH(parse_admin_args({"ifname=averyveryverylongname"}),
+                    Catch::Contains("ifname: 'averyveryverylongname' cannot be"));
   CHECK_THROWS_WITH(parse_admin_args({"rail_ids=yes"}), Catch::Contains("rail_ids='yes'"));
 }
