@@ -246,12 +246,13 @@ void apply_binding(const FinalTask& t) {
   if (rc != 0) throw trainrt::Error(fmt::format("set_mempolicy(NUMA {}) failed", fmt::join(t.mems, ",")));
 }
 
-// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when). The file's check runs only
-// when it decides something; in auto mode every step reads the VM test's few small files, which
-// is how it tells bare metal, where nothing more is read.
-void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan& plan) {
+// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when), into the facts the plan
+// renders; returns the note to log, or "". The file's check runs only when it decides something;
+// in auto mode every step reads the VM test's few small files, which is how it tells bare metal,
+// where nothing more is read.
+std::string choose_nccl_topo_file(spank_t sp, const topo::Node& node, bool cache_used, StepFacts& facts) {
   const AdminConfig& admin = state().admin;
-  if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return;
+  if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return {};
   NcclTopoInput in;
   in.mode = admin.nccl_topo;
   in.is_vm = in.mode == NcclTopo::Auto && this_node_is_vm();
@@ -259,9 +260,8 @@ void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan
   in.path = topo::nccl_topo_path(admin.topology_cache);
   in.user_value = job_getenv(sp, "NCCL_TOPO_FILE");
   NcclTopoChoice c = choose_nccl_topo(in, [&] { return topo::check_nccl_topo_file(node, in.path); });
-  if (!c.note.empty()) plan.notes.push_back(c.note);
-  if (c.export_path.empty()) return;
-  for (auto& t : plan.tasks) t.env.push_back({"NCCL_TOPO_FILE", c.export_path});
+  facts.nccl_topo_file = c.export_path;
+  return c.note;
 }
 
 bool is_special_step(uint32_t step_id) {
@@ -337,8 +337,10 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       topo::Node node = live ? topo::load_cached_or_live(&cache_note, cache, &cache_used)
                              : topo::load_cached_or_file(s.admin.topology_xml, &cache_note, cache, &cache_used);
       if (!cache_note.empty()) slurm_info("train-runtime: %s", printable(cache_note).c_str());
-      s.plan = plan_step(node, live, gather_facts(sp, live), user, s.admin);
-      add_nccl_topo(sp, node, cache_used, *s.plan);
+      StepFacts facts = gather_facts(sp, live);
+      const std::string nccl_topo_note = choose_nccl_topo_file(sp, node, cache_used, facts);
+      s.plan = plan_step(node, live, facts, user, s.admin);
+      if (!nccl_topo_note.empty()) s.plan->notes.push_back(nccl_topo_note);
       for (const auto& n : s.plan->notes) slurm_info("train-runtime: %s", printable(n).c_str());
     } catch (const std::exception& e) {
       // user_init errors do not fail an srun step; keep them for task_init, which can.
