@@ -328,7 +328,7 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       UserOptions user = merged_options(job_getenv(sp, "TRAINRT_OPTS"));
       s.show = user.show;
       const bool live = s.admin.topology_xml.empty();
-      // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo --write-cache`) when
+      // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo write-cache`) when
       // fresh for this source, else discovery as before, saying why the cache was passed over.
       // topology_cache=off gives an empty path: discovery every step.
       std::string cache_note;

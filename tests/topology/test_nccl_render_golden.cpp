@@ -1,4 +1,4 @@
-// The generated NCCL topology (trainrt-topo --format nccl-xml) read back by our NCCL loader gives
+// The generated NCCL topology (trainrt-topo show --format nccl-xml) read back by our NCCL loader gives
 // the same GPUs (bus id, NUMA node) and the same rails (each GPU's rail NICs by bus id and link
 // layer) for every real topology in ../shared/topologies.
 #include <catch2/catch.hpp>

@@ -204,7 +204,7 @@ void refuse_redirecting_environment() {
     const char* v = std::getenv(var);
     if (v && *v)
       throw Error(fmt::format("{} is set, so hwloc would read it instead of this machine; unset it, or pass "
-                              "the file as a topology file (trainrt-topo --xml, plugstack topology_xml=)",
+                              "the file as a topology file (trainrt-topo show --xml, plugstack topology_xml=)",
                               var),
                   "live topology");
   }
