@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python environment the trainrt module is built and tested with: a venv on Debian's own
-# python3 (/usr/bin/python3) with --system-site-packages, so Debian's torch and numpy stay
+# python3 (/usr/bin/python3) with --system-site-packages, so Debian's torch, numpy and pytest stay
 # importable, plus the pinned build tools pip brings from PyPI (nanobind, scikit-build-core).
 # Idempotent: an existing venv with the pinned versions is left as it is.
 #   TRAINRT_PYENV   where the venv lives (default /opt/train-runtime/pyenv; CMake looks there too)

@@ -10,7 +10,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _fake_dlpack import FakeTensor  # noqa: E402
-from _harness import expect_raises, run, tmpdir  # noqa: E402
+import tempfile  # noqa: E402
+
+from _checks import expect_raises  # noqa: E402
 
 for var in list(os.environ):
     if var.startswith("PMIX_"):
@@ -24,6 +26,10 @@ from trainrt import checkpoint  # noqa: E402
 world = trainrt.init(quiet=True)
 CPU = 1
 TWO_32 = 1 << 32
+
+
+def tmpdir():
+    return tempfile.mkdtemp(prefix="trainrt-hostile-py-")
 
 
 def hostile_tensors():
@@ -116,7 +122,3 @@ def test_paths_that_cannot_be_passed_on_are_refused():
         expect_raises(trainrt.UsageError, checkpoint.verify, bad, contains=(part,))
     assert os.listdir(base) == [], os.listdir(base)
     assert not os.path.exists("None") and not os.path.exists("42")
-
-
-if __name__ == "__main__":
-    run(globals())

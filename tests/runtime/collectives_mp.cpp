@@ -58,8 +58,8 @@ double value(unsigned r, std::size_t i, DType t) {
   return v / 64.0;  // exact in f16, f32 and f64
 }
 
-using trainrt::test::load;
-using trainrt::test::store;
+using trainrt::testing::load;
+using trainrt::testing::store;
 
 // Straightforward sequential reference: one element at a time, ranks in order.
 double reference(std::size_t i, DType t, ReduceOp op, unsigned n) {

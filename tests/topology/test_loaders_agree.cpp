@@ -8,7 +8,7 @@
 #include "trainrt/topology/load.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 

@@ -14,6 +14,7 @@
 #include <future>
 #include <sstream>
 
+#include "../common/temp_dir.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/fd.hpp"
 #include "trainrt/runtime/prometheus.hpp"
@@ -94,10 +95,9 @@ TEST_CASE("bad metric or label names and types are refused") {
 }
 
 TEST_CASE("the file is replaced atomically, no temporary left behind") {
-  const fs::path dir = fs::temp_directory_path() / ("prom-test-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "trainrt.prom").string();
+  const trainrt::testing::TempDir tmp("prom-test-");
+  const fs::path& dir = tmp.path();
+  const std::string path = tmp / "trainrt.prom";
   trainrt::write_prometheus_textfile(path, trainrt::training_samples(sample_gauges()));
   auto g = sample_gauges();
   g.step = 201;
@@ -107,7 +107,6 @@ TEST_CASE("the file is replaced atomically, no temporary left behind") {
   for (auto& e : fs::directory_iterator(dir)) files += (void(e), 1);
   CHECK(files == 1);
   CHECK_THROWS_AS(trainrt::write_prometheus_textfile((dir / "no" / "such.prom").string(), {}), trainrt::Error);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("hostile: a FIFO planted at the temporary name cannot block the writer") {
