@@ -10,7 +10,7 @@
 #include "fixture.hpp"
 #include "trainrt/doctor/doctor.hpp"
 
-using namespace doctor_test;
+using namespace trainrt::testing;
 using namespace trainrt::doctor;
 
 namespace {

@@ -1,5 +1,5 @@
-// check_shrink: a rerun on fewer nodes may restore replicated state only (train.sbatch asks it
-// before excluding a node).
+// check_shrink: a rerun on fewer nodes may restore replicated state and chunks of global tensors,
+// not per-rank state (train.sbatch asks it before excluding a node).
 #define CATCH_CONFIG_MAIN
 #include "../checkpoint/fixture.hpp"
 #include "../common/temp_dir.hpp"
@@ -28,7 +28,8 @@ TEST_CASE("replicated state can shrink, sharded state is reported with its entri
 }
 
 TEST_CASE("chunks of global tensors can shrink: a smaller world reshards them") {
-  const auto dir = fresh_dir("tensors");
+  const trainrt::testing::TempDir tmp("doctor-shrink-");
+  const std::string dir = tmp / "tensors";
   trainrt::testing::ThreadWorld world(2);
   std::vector<std::thread> ranks;
   for (unsigned r = 0; r < 2; ++r)
@@ -48,7 +49,6 @@ TEST_CASE("chunks of global tensors can shrink: a smaller world reshards them") 
   CHECK(c.can_shrink);
   CHECK(c.step == 5u);
   CHECK(c.sharded_count == 0);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("no checkpoint at all: nothing to restore, the world may change") {
