@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile inputs for checkpoints (issue 19; docs/hostile-inputs.md "Checkpoints").
+"""Hostile inputs for checkpoints (docs/hostile-inputs.md "Checkpoints").
 
 Usage: hostile_inputs.py CLASS TRAINRT_CKPT CKPT_MP CKPT_XXH3 HOOKS
 CLASS: redirect | bounds | commit | output | users.  Every program runs under a 20 s timeout and

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Hostile inputs for trainrt-doctor and for every tool that answers a question about a folder
-(issue 31; docs/hostile-inputs.md "Doctor").
+(docs/hostile-inputs.md "Doctor").
 
 Usage: hostile_doctor.py CLASS TRAINRT_DOCTOR TRAINRT_CKPT CKPT_MP TRAINRT_TOPO TRAIN_SBATCH
 CLASS: redirect | bounds | users. Every program runs under a timeout and a 1 GiB address-space

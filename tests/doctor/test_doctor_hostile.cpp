@@ -1,4 +1,4 @@
-// The doctor's reader against what someone else may leave in a run folder (issue 31): links and
+// The doctor's reader against what someone else may leave in a run folder: links and
 // FIFOs are not opened, files are read as they stream with per-rank and per-run keeps, a long
 // metrics file is read from its end, and a file that exists but cannot be read stops the verdict.
 // The cases that need another uid are in hostile_doctor.py (users).

@@ -1,4 +1,4 @@
-"""Hostile inputs at the Python boundary (issue 31; docs/hostile-inputs.md "Python boundary"): what a
+"""Hostile inputs at the Python boundary (docs/hostile-inputs.md "Python boundary"): what a
 __dlpack__ producer reports (shape, strides, element size, data pointer, byte offset) is checked
 with overflow-safe arithmetic before the runtime reads or writes a byte, and refused with
 trainrt.UsageError naming the tensor; paths are os.fsdecode'd or refused, never str(b'...').

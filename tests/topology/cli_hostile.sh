@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trainrt-topo never dies on input (issue 19, item 5): under the default 8 MiB stack, 1 GiB of
+# trainrt-topo never dies on input: under the default 8 MiB stack, 1 GiB of
 # address space and a timeout, every hostile file or value ends in exit 2 and one printable line
 # on stderr; names with control bytes or invalid UTF-8 come out escaped in the table and the JSON.
 set -u

@@ -1,4 +1,4 @@
-// The digested topology cache against forged files with valid checksums (issue 31): the decoder
+// The digested topology cache against forged files with valid checksums: the decoder
 // accepts exactly the Nodes the loaders make (check_node), and every consumer of a decoded Node
 // (placement under each policy, the rail pairing and signature, the table/JSON/env/NCCL renderings)
 // finishes without reading past a list, on random loader-like Nodes, on byte-flipped caches that

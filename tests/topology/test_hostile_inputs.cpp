@@ -1,4 +1,4 @@
-// Hostile topology inputs (issue 19): every size, count and depth a file or a CPU list controls is
+// Hostile topology inputs: every size, count and depth a file or a CPU list controls is
 // bounded before it is used, and each excess is a trainrt::Error naming the input, never a crash,
 // a hang or an allocation the input sized. hostile_main.cpp runs these under an 8 MiB stack and a
 // 1 GiB address-space limit; CTest adds a timeout.

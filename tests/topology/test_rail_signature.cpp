@@ -1,4 +1,4 @@
-// The cross-node rail check (issue 15): identical layouts agree, a port down or a NIC on another
+// The cross-node rail check: identical layouts agree, a port down or a NIC on another
 // GPU names the node that differs, and a line that is not an honest signature is an error.
 #include <catch2/catch.hpp>
 

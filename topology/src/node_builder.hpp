@@ -46,7 +46,7 @@ std::string normalize_busid(const std::string& text);
 bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id);
 bool is_network_pci(std::uint16_t class_id);
 
-// The one place a NIC's link layer is decided, for every loader (issue 15: the copies had drifted,
+// The one place a NIC's link layer is decided, for every loader (the copies had drifted,
 // so an AWS node was EFA from its NCCL file and "Ethernet" from hwloc). EFA is Amazon's vendor id
 // with an EFA device id (0xefa0-0xefaf); ENA (0x1d0f:0xec20) stays Ethernet. An NCCL file that
 // omits the device id lists an Amazon NIC only because NCCL uses it, which it does through EFA.

@@ -1,4 +1,4 @@
-// What the live system shows about each rail's network (issue 15, the cross-node rail check): an
+// What the live system shows about each rail's network (the cross-node rail check): an
 // InfiniBand/RoCE port's subnet prefix from its GID 0, an Ethernet netdev's IPv4/IPv6 networks.
 // Read from sysfs and procfs only: discovery talks to no other process (no netlink socket).
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-// A compact, comparable text of a node's rail layout (issue 15, item 4): run on every node of a job
+// A compact, comparable text of a node's rail layout: run on every node of a job
 // (`srun --ntasks-per-node=1 trainrt-topo rail-signature | trainrt-topo rail-check -`), a
 // renamed NIC, a port down or a different cabling shows up as a node whose layout differs.
 #include <fmt/format.h>

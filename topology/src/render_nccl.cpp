@@ -1,4 +1,4 @@
-// The node as an NCCL topology file (NCCL_TOPO_FILE, <system version="1">), issue 15 item 3: for VMs
+// The node as an NCCL topology file (NCCL_TOPO_FILE, <system version="1">): for VMs
 // and containers, where NCCL cannot see the host's PCI tree, NCCL's advice is a file holding an
 // equivalent one. Only what NCCL uses is written: per NUMA node a <cpu> with its affinity, and
 // below it the PCIe subtrees that hold a GPU or an RDMA NIC (switches kept, host bridges folded

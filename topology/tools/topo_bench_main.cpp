@@ -1,6 +1,6 @@
 // trainrt-topo-bench: time load + place of a topology file against `lstopo-no-graphics --of xml -i`
 // on the same file, in the same run, alternating A B A B so machine noise hits both alike.
-// `trainrt-topo-bench cache [DIR|FILE] [ROUNDS]`: what a step pays per source (issue 15): the
+// `trainrt-topo-bench cache [DIR|FILE] [ROUNDS]`: what a step pays per source: the
 // digested cache (file checks, decode, staleness stamp) against parsing the XML, and the live
 // machine's cache against live discovery, alternating in the same run.
 #include <fmt/format.h>

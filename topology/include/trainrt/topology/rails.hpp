@@ -43,7 +43,7 @@ struct RailMap {
 
 RailMap pair_rails(const Node& node, const RailOptions& options = {});
 
-// What the live system shows about a rail's network beyond the Node (issue 15, the cross-node
+// What the live system shows about a rail's network beyond the Node (the cross-node
 // check): read from sysfs/procfs, never through a socket, and only for a node loaded live.
 struct RailExtras {
   // "mlx5_0/1" -> the subnet prefix of port 1: the first 64 bits of its GID 0
