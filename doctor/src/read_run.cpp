@@ -11,6 +11,7 @@
 
 #include "reading.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::doctor {
 
@@ -26,10 +27,8 @@ std::optional<unsigned> rank_of(const std::string& name, const std::string& pref
     return std::nullopt;
   const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   if (digits.empty() || digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
-  unsigned r = 0;
-  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), r);
-  if (ec != std::errc() || p != digits.data() + digits.size() || r >= max_rank) return std::nullopt;
-  return r;
+  if (max_rank == 0) return std::nullopt;
+  return to_number<unsigned>(digits, 0, max_rank - 1);
 }
 
 struct Planned {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "trainrt/doctor/doctor.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::doctor {
 
@@ -21,8 +22,7 @@ std::optional<std::uint64_t> number_at(const std::string& s, std::size_t& pos) {
   std::size_t end = pos;
   while (end < s.size() && end - pos < 9 && s[end] >= '0' && s[end] <= '9') ++end;
   if (end == pos) return std::nullopt;
-  std::uint64_t v = 0;
-  std::from_chars(s.data() + pos, s.data() + end, v);
+  const auto v = to_number<std::uint64_t>(std::string_view(s).substr(pos, end - pos));
   pos = end;
   return v;
 }
