@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <future>
 #include <limits>
 #include <map>
 
@@ -94,7 +95,8 @@ WrittenShard write_shard(const std::string& directory, std::uint64_t step, unsig
                             step, directory),
                 "checkpoint");
 
-  json chunks = json::array(), fingerprints = json::object();
+  json chunks = json::array();
+  std::vector<std::pair<const Item*, format::Sharded>> sharded;
   format::ShardWriter w(step, rank, world_size, nullptr, 0);
   for (const auto& it : items) {
     std::optional<format::Sharded> where;
@@ -102,9 +104,21 @@ WrittenShard write_shard(const std::string& directory, std::uint64_t step, unsig
       where = format::Sharded{it.shard->global_shape, it.shard->offsets};
       chunks.push_back({{"name", it.name}, {"dtype", to_string(*it.dtype)}, {"global_shape", where->global_shape},
                         {"offsets", where->offsets}, {"shape", it.shape}});
-      fingerprints[it.name] = layout::hex(layout::chunk_fingerprint(it.name, *where, it.shape, *it.dtype,
-                                                                    static_cast<const std::byte*>(it.data)));
+      sharded.emplace_back(&it, *where);
     }
+  }
+  // The fingerprints only go into the commit record, not the file: computed beside the checksums
+  // and the write (a second pass over the same memory), they cost the save little but a core.
+  auto fingerprints = std::async(std::launch::async, [&sharded] {
+    json f = json::object();
+    for (const auto& [it, where] : sharded)
+      f[it->name] = layout::hex(layout::chunk_fingerprint(it->name, where, it->shape, *it->dtype,
+                                                          static_cast<const std::byte*>(it->data)));
+    return f;
+  });
+  for (const auto& it : items) {
+    std::optional<format::Sharded> where;
+    if (it.shard) where = format::Sharded{it.shard->global_shape, it.shard->offsets};
     // Blobs carry a dtype field too; Manager writes I32 there, and readers ignore it for blobs.
     w.append(it.name, !it.dtype, it.dtype.value_or(DType::I32), it.shape, it.replicated, it.data, it.bytes, where);
   }
@@ -113,7 +127,7 @@ WrittenShard write_shard(const std::string& directory, std::uint64_t step, unsig
   dir.write_new(name + ".tmp", pieces);
   dir.rename(name + ".tmp", name);  // not committed: renaming over a leftover of a failed save is fine
   dir.fsync();
-  return {rank, w.file_bytes(), w.header_xxh3(), json{{"chunks", chunks}, {"fingerprints", fingerprints}}.dump()};
+  return {rank, w.file_bytes(), w.header_xxh3(), json{{"chunks", chunks}, {"fingerprints", fingerprints.get()}}.dump()};
 }
 
 void discard_shard(const std::string& directory, std::uint64_t step, unsigned rank) noexcept {
@@ -190,10 +204,15 @@ void commit_step(const std::string& directory, std::uint64_t step, unsigned worl
     options.log(fmt::format("checkpoint: step {} committed ({} ranks, {} sharded tensors, commit {:.3f} s)", step,
                             world_size, tensors.size(),
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  if (options.retire) retire_steps(directory, step, options.keep_last, options.log);
+}
+
+void retire_steps(const std::string& directory, std::uint64_t step, unsigned keep_last,
+                  const std::function<void(const std::string&)>& log) noexcept {
   try {
-    retire_older_than(root, step, options.keep_last, options.log);
+    retire_older_than(Dir::open(directory), step, keep_last, log);
   } catch (const std::exception& e) {
-    if (options.log) options.log(fmt::format("checkpoint: could not remove steps older than {}: {}", step, e.what()));
+    if (log) log(fmt::format("checkpoint: could not remove steps older than {}: {}", step, e.what()));
   }
 }
 

@@ -117,11 +117,12 @@ void bind_step_io(nb::module_& m) {
       "commit_step",
       [](const std::string& directory, std::uint64_t step, unsigned world_size, nb::list shards,
          const ckpt::Metadata& metadata, const std::map<std::string, nb::bytes>& attachments, unsigned keep_last,
-         bool verbose) {
+         bool verbose, bool retire) {
         std::vector<ckpt::WrittenShard> ws;
         for (nb::handle s : shards) ws.push_back(unwritten(s));
         ckpt::CommitOptions o;
         o.keep_last = keep_last;
+        o.retire = retire;
         o.metadata = metadata;
         for (const auto& [name, data] : attachments) o.attachments.push_back({name, std::string(data.c_str(), data.size())});
         if (verbose) o.log = [](const std::string& line) { std::fprintf(stderr, "trainrt %s\n", line.c_str()); };
@@ -132,7 +133,17 @@ void bind_step_io(nb::module_& m) {
         });
       },
       nb::arg("directory"), nb::arg("step"), nb::arg("world_size"), nb::arg("shards"), nb::arg("metadata"),
-      nb::arg("attachments"), nb::arg("keep_last"), nb::arg("verbose") = false);
+      nb::arg("attachments"), nb::arg("keep_last"), nb::arg("verbose") = false, nb::arg("retire") = true);
+
+  m.def(
+      "retire_steps",
+      [](const std::string& directory, std::uint64_t step, unsigned keep_last, bool verbose) {
+        std::function<void(const std::string&)> log;
+        if (verbose) log = [](const std::string& line) { std::fprintf(stderr, "trainrt %s\n", line.c_str()); };
+        nb::gil_scoped_release release;
+        ckpt::retire_steps(directory, step, keep_last, log);
+      },
+      nb::arg("directory"), nb::arg("step"), nb::arg("keep_last"), nb::arg("verbose") = false);
 
   m.def(
       "discard_shard",

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -156,19 +157,20 @@ class Writer(StorageWriter, AsyncStager):
             raise UsageError(f"dcp: keep_last must be an int >= 1, got {keep_last!r}")
         self.keep_last, self.verbose, self.cache_staged_state_dict = keep_last, verbose, cache_staged_state_dict
         self._staged: Any = None
+        self._retire: Optional[threading.Thread] = None
         self.reset()
 
     # ---------------------------------------------------------------- DCP's StorageWriter
     def reset(self, checkpoint_id: Any = None) -> None:
         self.path, self._fixed_step = _resolve(self._root, self._given_step, checkpoint_id, "Writer")
         self._step: Optional[int] = None
-        self._coordinator, self._rank = True, 0
+        self._coordinator = True
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         self._coordinator = is_coordinator
-        self._rank = kwargs.get("rank", dist.get_rank() if dist.is_initialized() else 0) or 0
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        self._join_retire()
         steps = committed_steps(_need_path(self.path, "Writer"))
         self._step = self._fixed_step if self._fixed_step is not None else (steps[0] + 1 if steps else 0)
         return dataclasses.replace(plan, storage_data=_Local(self._step))
@@ -260,9 +262,20 @@ class Writer(StorageWriter, AsyncStager):
         step = self._step if self._step is not None else self._fixed_step
         md = dataclasses.replace(metadata, storage_data=storage, storage_meta=self.storage_meta(),
                                  version=metadata.version or _DCP_VERSION)
-        verbose = self._coordinator if self.verbose is None else self.verbose
+        verbose = bool(self._coordinator if self.verbose is None else self.verbose)
         _trainrt.commit_step(self.path, step, world, [records[r] for r in range(world)], {"trainrt.dcp": "1"},
-                             {ATTACHMENT: _dcp_meta.dumps(md)}, self.keep_last, bool(verbose))
+                             {ATTACHMENT: _dcp_meta.dumps(md)}, self.keep_last, verbose, retire=False)
+        # Removing old steps is no part of the commit (a GiB of shards takes a quarter of a second
+        # to unlink): a thread does it, joined by the next save, close(), or the interpreter's exit.
+        self._join_retire()
+        self._retire = threading.Thread(target=_trainrt.retire_steps, name="trainrt-dcp-retire",
+                                        args=(self.path, step, self.keep_last, verbose))
+        self._retire.start()
+
+    def _join_retire(self) -> None:
+        if self._retire is not None:
+            self._retire.join()
+            self._retire = None
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path)
@@ -294,6 +307,8 @@ class Writer(StorageWriter, AsyncStager):
         """Staging is a blocking copy: nothing to wait for."""
 
     def close(self) -> None:
+        """Waits for old steps' removal and drops the staging buffers."""
+        self._join_retire()
         self._staged = None
 
 

@@ -57,6 +57,9 @@ struct Attachment {
 
 struct CommitOptions {
   unsigned keep_last = 2;  // committed steps kept, as Options::keep_last
+  // false: the caller retires old steps later with retire_steps() (off the commit's path: removing
+  // a GiB of shards takes a quarter of a second).
+  bool retire = true;
   Metadata metadata;
   std::vector<Attachment> attachments;
   std::function<void(const std::string&)> log;
@@ -65,9 +68,15 @@ struct CommitOptions {
 // Commits `step` with one shard per rank 0..world_size-1 (each write_shard's result): checks the
 // chunks of every sharded tensor tile it (UsageError naming the tensor and ranks otherwise, and
 // nothing is committed), sums the fingerprints into the tensor table, writes the attachments,
-// then the manifest (the commit point), `latest`, and retires old steps as Manager does.
+// then the manifest (the commit point), `latest`, and (options.retire) retires old steps as
+// Manager does.
 void commit_step(const std::string& directory, std::uint64_t step, unsigned world_size,
                  const std::vector<WrittenShard>& shards, const CommitOptions& options);
+
+// Keeps the newest `keep_last` committed steps up to `step` and removes older ones and older
+// uncommitted leftovers (Manager's retention). Never throws; problems go to `log`.
+void retire_steps(const std::string& directory, std::uint64_t step, unsigned keep_last,
+                  const std::function<void(const std::string&)>& log = {}) noexcept;
 
 struct EntryInfo {
   std::string name, kind, dtype;  // kind: buffer | blob
