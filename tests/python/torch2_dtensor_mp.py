@@ -37,7 +37,7 @@ def rank_main(phase, d, arg=None):
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+    from torch.distributed.tensor import DTensor, distribute_tensor
 
     import torch2_fsdp as F
     import trainrt
