@@ -151,12 +151,16 @@ class Manager:
         (float32/64/16, bfloat16, int32/64 as typed entries; others as bytes), CUDA tensors of the
         typed ones where this trainrt was built with CUDA. `replicated`: the same on every rank
         (data-parallel weights): restorable at another world size. `shard`: `tensor` is this rank's
-        chunk of a global tensor (a typed one), restorable at any world size and split."""
+        chunk of a global tensor (a typed one), restorable at any world size and split. A DTensor
+        is placed by its mesh and placements (see register_state_dict)."""
         if not isinstance(name, str):
             raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
         if _dtensor.is_dtensor(tensor):
-            raise UsageError(f"checkpoint: tensor '{name}' is a DTensor: register it through register_state_dict or "
-                             "register_optimizer, which place its local shard")
+            if shard is not None:
+                raise UsageError(f"checkpoint: tensor '{name}' is a DTensor: its placements say where its local shard "
+                                 "sits, so it takes no shard=")
+            self._register_dtensor(name, tensor, replicated)
+            return
         native_shard = None
         if shard is not None:
             if not isinstance(shard, Shard):
