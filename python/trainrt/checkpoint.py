@@ -20,10 +20,39 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
 from ._trainrt import CheckpointError, UsageError
 
-__all__ = ["Manager", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+__all__ = ["Manager", "Shard", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+
+
+def _dims(what: str, value: Any) -> Tuple[int, ...]:
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise UsageError(f"checkpoint: Shard {what} must be a sequence of ints, got {value!r}") from None
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) and not hasattr(d, "__index__") or int(d) < 0:
+            raise UsageError(f"checkpoint: Shard {what} {value!r} holds {d!r}: every entry must be an int >= 0")
+    return tuple(int(d) for d in dims)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This rank's chunk of a global tensor: the registered tensor holds the elements at `offsets`
+    (one per dimension) of a tensor of `global_shape`, row-major in its own shape. Chunks may be
+    uneven; a rank without a chunk registers an empty one. save() checks across ranks that the
+    chunks of a name tile its tensor exactly; restore() reassembles them at any world size or split
+    and checks the content (docs/checkpoint.md "Sharded tensors")."""
+    global_shape: Tuple[int, ...]
+    offsets: Tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        g, o = _dims("global_shape", self.global_shape), _dims("offsets", self.offsets)
+        if len(g) != len(o):
+            raise UsageError(f"checkpoint: Shard global_shape {g} and offsets {o} differ in length")
+        object.__setattr__(self, "global_shape", g)
+        object.__setattr__(self, "offsets", o)
 
 
 @dataclass(frozen=True)
@@ -132,6 +161,9 @@ class Manager:
         # Non-tensor values saved as one JSON entry per registration:
         # blob name -> [(key, read the live value, write a restored value)]
         self._extras: Dict[str, List[Tuple[str, Callable[[], Any], Callable[[Any], None]]]] = {}
+        # DTensor boxes held by several ranks (Replicate beside Shard): (local tensor, the process
+        # groups of its Replicate mesh dimensions), refilled by broadcast after every restore.
+        self._replicas: List[Tuple[Any, List[Any]]] = []
 
     @property
     def _native(self) -> "_trainrt.Manager":
@@ -140,15 +172,48 @@ class Manager:
         return self._m
 
     # ------------------------------------------------------------------ registration
-    def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
+    def register(self, name: str, tensor: Any, replicated: bool = False, *, shard: Optional[Shard] = None) -> None:
         """Saves and restores `tensor` in place under `name`. CPU tensors/arrays of any element type
         (float32/64/16, bfloat16, int32/64 as typed entries; others as bytes), CUDA tensors of the
         typed ones where this trainrt was built with CUDA. `replicated`: the same on every rank
-        (data-parallel weights): restorable at another world size."""
+        (data-parallel weights): restorable at another world size. `shard`: `tensor` is this rank's
+        chunk of a global tensor (a typed one), restorable at any world size and split. A DTensor
+        is placed by its mesh and placements (see register_state_dict)."""
         if not isinstance(name, str):
             raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
-        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
+        if _dtensor.is_dtensor(tensor):
+            if shard is not None:
+                raise UsageError(f"checkpoint: tensor '{name}' is a DTensor: its placements say where its local shard "
+                                 "sits, so it takes no shard=")
+            self._register_dtensor(name, tensor, replicated)
+            return
+        native_shard = None
+        if shard is not None:
+            if not isinstance(shard, Shard):
+                raise UsageError(f"checkpoint: tensor '{name}': shard= takes a trainrt.checkpoint.Shard, got a "
+                                 f"{type(shard).__name__}")
+            if replicated:
+                raise UsageError(f"checkpoint: tensor '{name}' is registered both replicated and as a Shard: choose one")
+            ndim = len(getattr(tensor, "shape", ()))
+            if len(shard.global_shape) != ndim:
+                raise UsageError(f"checkpoint: tensor '{name}' has {ndim} dimensions, its Shard global_shape "
+                                 f"{shard.global_shape} has {len(shard.global_shape)}")
+            native_shard = (list(shard.global_shape), list(shard.offsets))
+        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated), native_shard)
         self._tensors[name] = tensor
+
+    def _register_dtensor(self, name: str, dt: Any, replicated: bool) -> None:
+        """A DTensor's local shard, placed by its mesh and placements (trainrt/_dtensor.py)."""
+        p = _dtensor.plan(name, dt)
+        if p.global_shape is None:
+            self.register(name, p.local, True)
+            return
+        local = p.local
+        if not p.primary:  # another rank saves this box; this one receives it after restore
+            local = p.local.new_empty((0,) + tuple(p.local.shape[1:]))
+        self.register(name, local, shard=Shard(p.global_shape, p.offsets))
+        if p.replicate_groups:
+            self._replicas.append((p.local, p.replicate_groups))
 
     def register_state_dict(self, prefix: str, state_dict: Mapping[str, Any], replicated: bool = False) -> List[str]:
         """Registers every tensor of `state_dict` (nested dicts and lists too, e.g. an optimizer's)
@@ -158,6 +223,12 @@ class Manager:
         them to take effect. A leaf JSON cannot hold is a UsageError naming it. Returns the
         registered tensor names.
 
+        DTensors (FSDP2's fully_shard, tensor parallelism; 1-D or 2-D meshes) are registered by
+        their placements, whatever `replicated` says: Shard placements as chunks of the global
+        tensor (restorable at another world size or mesh), all-Replicate ones as replicated
+        entries; Partial and _StridedShard placements are a UsageError naming the tensor.
+        `replicated` applies to the plain tensors beside them (buffers, Adam's step counts).
+
         For a torch optimizer use register_optimizer(): optimizer.state_dict() misses the state
         torch creates at the first step(), and optimizer.load_state_dict() replaces the state
         tensors, so later saves would miss them."""
@@ -165,7 +236,11 @@ class Manager:
             raise UsageError(f"checkpoint: register_state_dict takes a mapping, got {type(state_dict).__name__}")
         names, extras = [], []
         for path, value in _walk(state_dict, ()):
-            if _is_tensor(value):
+            if _dtensor.is_dtensor(value):
+                name = prefix + _key(path)
+                self._register_dtensor(name, value, replicated)
+                names.append(name)
+            elif _is_tensor(value):
                 name = prefix + _key(path)
                 self.register(name, value, replicated)
                 names.append(name)
@@ -190,7 +265,8 @@ class Manager:
         given it here, as torch.distributed.checkpoint does: zero gradients, one step() with lr 0,
         then every state tensor zeroed, so a run that restores nothing continues as a fresh one
         (exact for Adam, AdamW, SGD with momentum and no dampening, RMSprop; check others).
-        Parameters must not hold gradients then. Returns the registered tensor names."""
+        Parameters must not hold gradients then. DTensor state (FSDP2) is registered by its
+        placements, as in register_state_dict. Returns the registered tensor names."""
         import torch  # only this method needs torch
 
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -205,7 +281,10 @@ class Manager:
             st = optimizer.state.get(p, {})
             for k, v in st.items():
                 key = f"state.{i}.{k}"
-                if isinstance(v, torch.Tensor):
+                if _dtensor.is_dtensor(v):
+                    self._register_dtensor(prefix + key, v, replicated)
+                    names.append(prefix + key)
+                elif isinstance(v, torch.Tensor):
                     self.register(prefix + key, v, replicated)
                     names.append(prefix + key)
                 elif _jsonable(v):
@@ -286,6 +365,8 @@ class Manager:
         step = self._native.restore()
         if step >= 0:
             self._unstage_extras()
+            for local, groups in self._replicas:
+                _dtensor.broadcast_replicas(local, groups)
         return step
 
     @property
