@@ -10,7 +10,7 @@
 #
 #   benchmarks/checkpoint_vs_torch.sh --device [DIR=/tmp] [MiB ...=1024 8192]
 #
-# Device mode (issue 13, one GPU): tests/perf/ckpt-device-bench (save() stall vs one cudaMemcpy D2H
+# Device mode (one GPU): tests/perf/ckpt-device-bench (save() stall vs one cudaMemcpy D2H
 # into pinned memory; restore() vs read + cudaMemcpy H2D; bytes checked), then
 # benchmarks/ckpt_torch.py --device cuda (DCP async_save of the same tensors, one-rank gloo group),
 # then the blocking ratios. CKPT_DEVICE_BENCH: the bench binary (default build/tests/perf/...);

@@ -8,8 +8,10 @@ install(TARGETS trainrt EXPORT trainrtTargets
 foreach(dir common/include pmix_bootstrap/include kernels/include checkpoint/include runtime/include)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
           FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
-          # Shared by the topology loaders and the plugin, not part of libtrainrt's exported API.
-          PATTERN "small_file.hpp" EXCLUDE)
+          # Shared by the modules (the topology loaders, the plugin, the writers, the tools, the
+          # binding), not part of libtrainrt's API: a consumer could not count on their symbols.
+          PATTERN "small_file.hpp" EXCLUDE PATTERN "temp_file.hpp" EXCLUDE PATTERN "access_error.hpp" EXCLUDE
+          PATTERN "number.hpp" EXCLUDE PATTERN "data_interface.hpp" EXCLUDE)
 endforeach()
 install(EXPORT trainrtTargets NAMESPACE trainrt:: DESTINATION ${TRAINRT_CMAKE_DIR} COMPONENT dev)
 

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::checkpoint {
 namespace {
@@ -30,7 +32,7 @@ bool injected_failure(std::size_t about_to_write) {
     const char* me = std::getenv("PMIX_RANK");
     if (!v) return -1LL;
     if (r && std::string(r) != (me ? me : "0")) return -1LL;
-    return std::atoll(v);
+    return trainrt::parse_number<long long>(v, "a byte count", 0, LLONG_MAX, "TRAINRT_CKPT_FAIL_WRITE_AFTER");
   }();
   static long long written = 0;
   if (limit < 0) return false;

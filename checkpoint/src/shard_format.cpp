@@ -253,6 +253,12 @@ bool ShardReader::read_piece(const ShardEntry& entry, std::uint64_t offset, std:
   return true;
 }
 
+void ShardReader::prefetch(const ShardEntry& entry, std::uint64_t offset, std::size_t bytes) const {
+  if (offset > entry.bytes) return;
+  ::posix_fadvise(fd_.get(), static_cast<off_t>(entry.offset + offset),
+                  static_cast<off_t>(std::min<std::uint64_t>(bytes, entry.bytes - offset)), POSIX_FADV_WILLNEED);
+}
+
 const ShardEntry* ShardReader::find(const std::string& entry_name) const {
   auto it = by_name_.find(entry_name);
   return it == by_name_.end() ? nullptr : &entries_[it->second];

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "trainrt/doctor/doctor.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::doctor {
 
@@ -21,8 +22,7 @@ std::optional<std::uint64_t> number_at(const std::string& s, std::size_t& pos) {
   std::size_t end = pos;
   while (end < s.size() && end - pos < 9 && s[end] >= '0' && s[end] <= '9') ++end;
   if (end == pos) return std::nullopt;
-  std::uint64_t v = 0;
-  std::from_chars(s.data() + pos, s.data() + end, v);
+  const auto v = to_number<std::uint64_t>(std::string_view(s).substr(pos, end - pos));
   pos = end;
   return v;
 }
@@ -316,11 +316,22 @@ int exit_code(const Verdict& v) {
 
 Verdict diagnose(const RunData& run, const Options& opt) {
   Verdict v;
+  v.world = run.world;
+  v.ranks_read = run.ranks.size();
+  // A file that exists but was not read may hold the rank everything waited for: no verdict (and no
+  // node to exclude) rests on it being absent.
+  if (!run.errors.empty()) {
+    v.kind = Kind::BadInput;
+    v.summary = fmt::format("cannot tell: {} file(s) of the run could not be read ({}{})", run.errors.size(),
+                            run.errors.front(), run.errors.size() > 1 ? ", ..." : "");
+    v.notes = run.errors;
+    v.notes.insert(v.notes.end(), run.notes.begin(), run.notes.end());
+    if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
+    return v;
+  }
   v.notes = run.notes;
   v.notes.insert(v.notes.end(), run.info.begin(), run.info.end());
   if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
-  v.world = run.world;
-  v.ranks_read = run.ranks.size();
   const bool readable = std::any_of(run.ranks.begin(), run.ranks.end(),
                                     [](const RankData& rd) { return rd.attempts > 0 || usable_flight(rd); });
   if (!readable) {

@@ -16,6 +16,23 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+// Runs `f`, turning the runtime's plain trainrt::Error into CheckpointError; PeerError and
+// UsageError keep their kinds.
+template <typename F>
+auto checkpoint_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const PeerError&) {
+    throw;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(e.what());
+  }
+}
+
 #ifdef TRAINRT_PY_HAVE_CUDA
 inline constexpr bool kHaveCuda = true;  // built with the CUDA part: device tensors can be registered
 #else
@@ -24,5 +41,6 @@ inline constexpr bool kHaveCuda = false;
 
 void bind_world(nanobind::module_& m);
 void bind_checkpoint(nanobind::module_& m);
+void bind_step_io(nanobind::module_& m);
 
 }  // namespace trainrt::py

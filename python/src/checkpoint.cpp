@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -31,23 +32,6 @@ namespace trainrt::py {
 namespace {
 
 namespace ckpt = trainrt::checkpoint;
-
-// Runs `f`, turning the runtime's plain trainrt::Error into CheckpointError; PeerError and
-// UsageError keep their kinds.
-template <typename F>
-auto checkpoint_call(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const PeerError&) {
-    throw;
-  } catch (const UsageError&) {
-    throw;
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const Error& e) {
-    throw CheckpointError(e.what());
-  }
-}
 
 ckpt::Sharding sharding(bool replicated) { return replicated ? ckpt::Sharding::Replicated : ckpt::Sharding::PerRank; }
 
@@ -95,7 +79,9 @@ class PyManager {
     }
   }
 
-  void register_tensor(const std::string& name, nb::handle tensor, bool replicated) {
+  // `shard`: (global_shape, offsets) of this rank's chunk of a global tensor, or none.
+  void register_tensor(const std::string& name, nb::handle tensor, bool replicated,
+                       std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> shard) {
     View v = view(tensor, fmt::format("tensor '{}'", name));
     if (v.on_cuda && !kHaveCuda)
       throw UsageError(fmt::format("tensor '{}' is on CUDA device {}, and this trainrt was built without CUDA "
@@ -107,10 +93,19 @@ class PyManager {
                                    "bfloat16, int32 or int64",
                                    name, v.dtype_name),
                        "checkpoint");
+    if (shard && !v.dtype)
+      throw UsageError(fmt::format("tensor '{}' is {}: a chunk of a global tensor must be float32, float64, float16, "
+                                   "bfloat16, int32 or int64",
+                                   name, v.dtype_name),
+                       "checkpoint");
     checkpoint_call([&] {
-      if (v.dtype) {
-        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated),
-                                  v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host);
+      const auto where = v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host;
+      if (shard) {
+        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, ckpt::Shard{shard->first, shard->second},
+                                  where);
+        arrays_.push_back(std::move(v));
+      } else if (v.dtype) {
+        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated), where);
         arrays_.push_back(std::move(v));
       } else {
         raw_.push_back(Raw{std::move(v), {}});
@@ -283,7 +278,8 @@ void bind_checkpoint(nb::module_& m) {
       .def(nb::init<World&, const std::string&, unsigned, bool, bool>(), nb::arg("world"), nb::arg("directory"),
            nb::arg("keep_last") = 2, nb::arg("verify_before_load") = false, nb::arg("verbose") = false,
            nb::keep_alive<1, 2>())  // the world outlives its managers
-      .def("register_tensor", &PyManager::register_tensor, nb::arg("name"), nb::arg("tensor"), nb::arg("replicated") = false)
+      .def("register_tensor", &PyManager::register_tensor, nb::arg("name"), nb::arg("tensor"), nb::arg("replicated") = false,
+           nb::arg("shard").none() = nb::none())
       .def("register_blob", &PyManager::register_blob, nb::arg("name"), nb::arg("replicated") = false)
       .def("set_blob", &PyManager::set_blob)
       .def("get_blob", &PyManager::get_blob)

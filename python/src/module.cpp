@@ -78,4 +78,5 @@ NB_MODULE(_trainrt, m) {
 
   trainrt::py::bind_world(m);
   trainrt::py::bind_checkpoint(m);
+  trainrt::py::bind_step_io(m);
 }

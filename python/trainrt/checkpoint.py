@@ -15,14 +15,44 @@ using the same tensor objects, and do not resize or replace them after registeri
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
 from ._trainrt import CheckpointError, UsageError
 
-__all__ = ["Manager", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+__all__ = ["Manager", "Shard", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+
+
+def _dims(what: str, value: Any) -> Tuple[int, ...]:
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise UsageError(f"checkpoint: Shard {what} must be a sequence of ints, got {value!r}") from None
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) and not hasattr(d, "__index__") or int(d) < 0:
+            raise UsageError(f"checkpoint: Shard {what} {value!r} holds {d!r}: every entry must be an int >= 0")
+    return tuple(int(d) for d in dims)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This rank's chunk of a global tensor: the registered tensor holds the elements at `offsets`
+    (one per dimension) of a tensor of `global_shape`, row-major in its own shape. Chunks may be
+    uneven; a rank without a chunk registers an empty one. save() checks across ranks that the
+    chunks of a name tile its tensor exactly; restore() reassembles them at any world size or split
+    and checks the content (docs/checkpoint.md "Sharded tensors")."""
+    global_shape: Tuple[int, ...]
+    offsets: Tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        g, o = _dims("global_shape", self.global_shape), _dims("offsets", self.offsets)
+        if len(g) != len(o):
+            raise UsageError(f"checkpoint: Shard global_shape {g} and offsets {o} differ in length")
+        object.__setattr__(self, "global_shape", g)
+        object.__setattr__(self, "offsets", o)
 
 
 @dataclass(frozen=True)
@@ -55,6 +85,30 @@ class VerifyReport:
 def stop_requested() -> bool:
     """True once SIGTERM or SIGUSR1 arrived (handlers installed by the first Manager)."""
     return _trainrt.stop_requested()
+
+
+def _path(p: Any) -> str:
+    """A directory argument as the runtime takes it: a str, bytes (os.fsdecode'd, never str(b'...'),
+    which would name a folder "b'...'") or any os.PathLike. Anything else, an empty path, a NUL
+    character (the C side would stop there) or a name that is not UTF-8 (the C side takes UTF-8) is
+    a UsageError naming it."""
+    try:
+        p = os.fspath(p)
+    except TypeError:
+        raise UsageError(f"checkpoint: a directory must be a str, bytes or os.PathLike, got a {type(p).__name__}") \
+            from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise UsageError("checkpoint: the directory is an empty path")
+    if "\0" in p:
+        raise UsageError(f"checkpoint: the directory {p!r} holds a NUL character")
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"checkpoint: the directory {p!r} is not valid UTF-8 (bytes that are not UTF-8 cannot reach "
+                         "the runtime); rename it") from None
+    return p
 
 
 def _is_tensor(v: Any) -> bool:
@@ -94,18 +148,22 @@ class Manager:
     runtime's SIGTERM/SIGUSR1 handlers (they set the flag stop_requested() reads, replacing any
     Python handler of those two signals)."""
 
-    def __init__(self, directory: str, keep_last: int = 2, *, verify_before_load: bool = False,
-                 verbose: Optional[bool] = None) -> None:
+    def __init__(self, directory: "str | bytes | os.PathLike", keep_last: int = 2, *,
+                 verify_before_load: bool = False, verbose: Optional[bool] = None) -> None:
+        directory = _path(directory)
         w = _world() if is_initialized() else init()
         self._world = w
         # verbose: the runtime's progress lines (commits, removed and skipped steps, restores) on
         # stderr; None: rank 0's only.
         log = (w.rank == 0) if verbose is None else bool(verbose)
-        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), log)
+        self._m = _trainrt.Manager(w._w, directory, int(keep_last), bool(verify_before_load), log)
         self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
         # Non-tensor values saved as one JSON entry per registration:
         # blob name -> [(key, read the live value, write a restored value)]
         self._extras: Dict[str, List[Tuple[str, Callable[[], Any], Callable[[Any], None]]]] = {}
+        # DTensor boxes held by several ranks (Replicate beside Shard): (local tensor, the process
+        # groups of its Replicate mesh dimensions), refilled by broadcast after every restore.
+        self._replicas: List[Tuple[Any, List[Any]]] = []
 
     @property
     def _native(self) -> "_trainrt.Manager":
@@ -114,15 +172,48 @@ class Manager:
         return self._m
 
     # ------------------------------------------------------------------ registration
-    def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
+    def register(self, name: str, tensor: Any, replicated: bool = False, *, shard: Optional[Shard] = None) -> None:
         """Saves and restores `tensor` in place under `name`. CPU tensors/arrays of any element type
         (float32/64/16, bfloat16, int32/64 as typed entries; others as bytes), CUDA tensors of the
         typed ones where this trainrt was built with CUDA. `replicated`: the same on every rank
-        (data-parallel weights): restorable at another world size."""
+        (data-parallel weights): restorable at another world size. `shard`: `tensor` is this rank's
+        chunk of a global tensor (a typed one), restorable at any world size and split. A DTensor
+        is placed by its mesh and placements (see register_state_dict)."""
         if not isinstance(name, str):
             raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
-        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
+        if _dtensor.is_dtensor(tensor):
+            if shard is not None:
+                raise UsageError(f"checkpoint: tensor '{name}' is a DTensor: its placements say where its local shard "
+                                 "sits, so it takes no shard=")
+            self._register_dtensor(name, tensor, replicated)
+            return
+        native_shard = None
+        if shard is not None:
+            if not isinstance(shard, Shard):
+                raise UsageError(f"checkpoint: tensor '{name}': shard= takes a trainrt.checkpoint.Shard, got a "
+                                 f"{type(shard).__name__}")
+            if replicated:
+                raise UsageError(f"checkpoint: tensor '{name}' is registered both replicated and as a Shard: choose one")
+            ndim = len(getattr(tensor, "shape", ()))
+            if len(shard.global_shape) != ndim:
+                raise UsageError(f"checkpoint: tensor '{name}' has {ndim} dimensions, its Shard global_shape "
+                                 f"{shard.global_shape} has {len(shard.global_shape)}")
+            native_shard = (list(shard.global_shape), list(shard.offsets))
+        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated), native_shard)
         self._tensors[name] = tensor
+
+    def _register_dtensor(self, name: str, dt: Any, replicated: bool) -> None:
+        """A DTensor's local shard, placed by its mesh and placements (trainrt/_dtensor.py)."""
+        p = _dtensor.plan(name, dt)
+        if p.global_shape is None:
+            self.register(name, p.local, True)
+            return
+        local = p.local
+        if not p.primary:  # another rank saves this box; this one receives it after restore
+            local = p.local.new_empty((0,) + tuple(p.local.shape[1:]))
+        self.register(name, local, shard=Shard(p.global_shape, p.offsets))
+        if p.replicate_groups:
+            self._replicas.append((p.local, p.replicate_groups))
 
     def register_state_dict(self, prefix: str, state_dict: Mapping[str, Any], replicated: bool = False) -> List[str]:
         """Registers every tensor of `state_dict` (nested dicts and lists too, e.g. an optimizer's)
@@ -132,6 +223,12 @@ class Manager:
         them to take effect. A leaf JSON cannot hold is a UsageError naming it. Returns the
         registered tensor names.
 
+        DTensors (FSDP2's fully_shard, tensor parallelism; 1-D or 2-D meshes) are registered by
+        their placements, whatever `replicated` says: Shard placements as chunks of the global
+        tensor (restorable at another world size or mesh), all-Replicate ones as replicated
+        entries; Partial and _StridedShard placements are a UsageError naming the tensor.
+        `replicated` applies to the plain tensors beside them (buffers, Adam's step counts).
+
         For a torch optimizer use register_optimizer(): optimizer.state_dict() misses the state
         torch creates at the first step(), and optimizer.load_state_dict() replaces the state
         tensors, so later saves would miss them."""
@@ -139,7 +236,11 @@ class Manager:
             raise UsageError(f"checkpoint: register_state_dict takes a mapping, got {type(state_dict).__name__}")
         names, extras = [], []
         for path, value in _walk(state_dict, ()):
-            if _is_tensor(value):
+            if _dtensor.is_dtensor(value):
+                name = prefix + _key(path)
+                self._register_dtensor(name, value, replicated)
+                names.append(name)
+            elif _is_tensor(value):
                 name = prefix + _key(path)
                 self.register(name, value, replicated)
                 names.append(name)
@@ -164,7 +265,8 @@ class Manager:
         given it here, as torch.distributed.checkpoint does: zero gradients, one step() with lr 0,
         then every state tensor zeroed, so a run that restores nothing continues as a fresh one
         (exact for Adam, AdamW, SGD with momentum and no dampening, RMSprop; check others).
-        Parameters must not hold gradients then. Returns the registered tensor names."""
+        Parameters must not hold gradients then. DTensor state (FSDP2) is registered by its
+        placements, as in register_state_dict. Returns the registered tensor names."""
         import torch  # only this method needs torch
 
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -179,7 +281,10 @@ class Manager:
             st = optimizer.state.get(p, {})
             for k, v in st.items():
                 key = f"state.{i}.{k}"
-                if isinstance(v, torch.Tensor):
+                if _dtensor.is_dtensor(v):
+                    self._register_dtensor(prefix + key, v, replicated)
+                    names.append(prefix + key)
+                elif isinstance(v, torch.Tensor):
                     self.register(prefix + key, v, replicated)
                     names.append(prefix + key)
                 elif _jsonable(v):
@@ -260,6 +365,8 @@ class Manager:
         step = self._native.restore()
         if step >= 0:
             self._unstage_extras()
+            for local, groups in self._replicas:
+                _dtensor.broadcast_replicas(local, groups)
         return step
 
     @property
@@ -361,22 +468,23 @@ def _materialize_optimizer_state(torch: Any, optimizer: Any, params: List[Any]) 
                     st[k] = type(v)(0)  # a step counter kept as a number
 
 
-def verify(directory: str, step: Optional[int] = None) -> VerifyReport:
+def verify(directory: "str | bytes | os.PathLike", step: Optional[int] = None) -> VerifyReport:
     """Reads every checksum of one step without a job (what `trainrt-ckpt verify` does): `step`,
     or the newest committed step when None. Never raises for a damaged checkpoint: the report says
     what is wrong. Raises CheckpointError when `directory` cannot be read at all."""
+    directory = _path(directory)
     if step is not None:
         _step(step)
-    steps = _trainrt.inspect(str(directory), step)
+    steps = _trainrt.inspect(directory, step)
     if step is not None:
         chosen = next((s for s in steps if s["step"] == step), None)
         if chosen is None:
-            return VerifyReport(str(directory), step, False, [f"step {step}: not found in {directory}"], steps=steps)
+            return VerifyReport(directory, step, False, [f"step {step}: not found in {directory}"], steps=steps)
     else:
         chosen = next((s for s in steps if s["committed"]), None)
         if chosen is None:
             why = "no committed step" if steps else "no step at all"
-            return VerifyReport(str(directory), -1, False, [f"{directory}: {why}"], steps=steps)
-    return VerifyReport(str(directory), chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
+            return VerifyReport(directory, -1, False, [f"{directory}: {why}"], steps=steps)
+    return VerifyReport(directory, chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
                         metadata=dict(chosen["metadata"]), world_size=chosen["world_size"], bytes=chosen["bytes"],
                         entries=list(chosen["entries"]), steps=steps)

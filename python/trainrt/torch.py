@@ -54,12 +54,10 @@ def _advertised_host(w) -> str:
     """The address of rank 0's node that every rank can reach."""
     if w.local_world_size == w.world_size:
         return "127.0.0.1"  # one node: loopback, whatever the hostname resolves to
-    for var in ("TRAINRT_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        value = os.environ.get(var, "")
-        # "^a,b" is NCCL's and Gloo's exclusion list: it names no interface to advertise.
-        name = "" if value.startswith("^") else value.split(",")[0].lstrip("=")
-        if name:
-            return _ipv4_of(name, var)
+    # Not a rule of our own: the C++ one (trainrt/data_interface.hpp) by which the plugin chose MASTER_ADDR.
+    name, var = trainrt._trainrt.data_interface()
+    if name:
+        return _ipv4_of(name, var)
     if os.environ.get("MASTER_ADDR"):  # the plugin's resolution of the step's first node (numeric)
         return os.environ["MASTER_ADDR"]
     try:

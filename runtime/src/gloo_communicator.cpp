@@ -18,6 +18,8 @@
 #include <map>
 
 #include "host_communicator.hpp"
+#include "trainrt/data_interface.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -56,7 +58,7 @@ class BootstrapStore final : public gloo::rendezvous::Store {
     std::size_t digits = key.size();
     while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
     if (digits == key.size()) throw Error(fmt::format("cannot tell which rank sets '{}'", key), "gloo rendezvous");
-    return static_cast<unsigned>(std::stoul(key.substr(digits)));
+    return parse_number<unsigned>(std::string_view(key).substr(digits), "a rank", 0, ~0u, "gloo rendezvous key");
   }
 
   bootstrap::Session& session_;
@@ -86,14 +88,14 @@ class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
       : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()) {
-    // The data network's interface when one is named (the plugin's TRAINRT_IFNAME, or Gloo's own
-    // GLOO_SOCKET_IFNAME): a node name may resolve to loopback or a management network.
-    const char* ifname = std::getenv("TRAINRT_IFNAME");
-    if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
+    // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
+    // loopback or a management network.
+    const DataInterface net = address.empty() ? data_interface_from_environment() : DataInterface{};
     gloo::transport::tcp::attr attr;
-    if (address.empty() && ifname && *ifname) {
-      attr.iface = ifname;
-      address = fmt::format("interface {}", ifname);
+    if (!net.name.empty()) {
+      attr.iface = net.name;
+      address = fmt::format("interface {} ({})", net.name, net.source);
     } else {
       if (address.empty()) {
         const char* node = std::getenv("SLURMD_NODENAME");

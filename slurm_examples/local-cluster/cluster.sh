@@ -103,7 +103,7 @@ cmd_run() {
 
 xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node line
   local topo=$1 json cpus gpus numa
-  json=$("$build/topology/trainrt-topo" --xml "$topo" --policy none --tasks 1 --format json) ||
+  json=$("$build/topology/trainrt-topo" show --xml "$topo" --policy none --tasks 1 --format json) ||
     die "cannot read topology $topo"
   cpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["node"]["cores"])' <<<"$json")
   gpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["gpus"]))' <<<"$json")

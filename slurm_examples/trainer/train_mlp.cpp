@@ -57,6 +57,8 @@ InitOptions init_options(const Options& o) {
 
 std::unique_ptr<Engine> make_engine(Runtime& rt, const Options& o, const Shapes& shapes) {
   const bool cuda = o.device == "cuda" || (o.device == "auto" && rt.device && cuda_engine_built());
+  if (o.shard_optimizer && cuda) throw Error("the sharded optimizer runs on the cpu engine: add --device cpu", "--shard-optimizer");
+  if (o.shard_optimizer) return make_sharded_cpu_engine(rt, shapes, o.seed);
   return cuda ? make_cuda_engine(rt, shapes, o.seed) : make_cpu_engine(rt, shapes, o.seed);
 }
 
@@ -100,7 +102,10 @@ std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, st
   engine.register_state(ckpt);
   ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
   std::uint64_t done = 0;
-  if (ckpt.restore() >= 0) std::memcpy(&done, step_blob.data(), 8);
+  if (ckpt.restore() >= 0) {
+    std::memcpy(&done, step_blob.data(), 8);
+    engine.state_restored();
+  }
   return done;
 }
 
@@ -276,6 +281,7 @@ int train(const Options& o) {
   checkpoint::Options co;
   co.directory = o.ckpt_dir;
   co.keep_last = 2;
+  co.host = rt->host.get();  // a restore at another world size moves sharded state through it
   co.log = [rank](const std::string& msg) {
     // Rank 0 speaks for the job; any rank's fallback or memory-tier trouble is worth a line.
     if (rank == 0 || msg.find("skipped") != std::string::npos || msg.find("memory tier: off") != std::string::npos)

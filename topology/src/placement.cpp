@@ -30,6 +30,9 @@ std::vector<CoreSlice> cores_within(const Node& node, const CpuSet& cpus) {
 // ranks, ranks share cores and are marked oversubscribed.
 void split_cores(const std::vector<CoreSlice>& cores, const std::vector<TaskPlacement*>& ranks) {
   const std::size_t n = cores.size(), k = ranks.size();
+  // Every CPU lies in a core (check_node), so callers pass allowed CPUs that hold at least one; a
+  // Node built some other way gets an error here, never a read past an empty list.
+  if (n == 0 && k > 0) throw Error("no core holds any of the CPUs to bind to", "placement");
   for (std::size_t j = 0; j < k; ++j) {
     TaskPlacement& t = *ranks[j];
     if (n >= k) {
