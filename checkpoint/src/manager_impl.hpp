@@ -73,7 +73,8 @@ struct Manager::Impl {
   struct Tier {
     std::optional<tier::NodeDir> dir;  // unset: the tier is off on this rank (`off` says why)
     std::string off;
-    std::string node;                  // this rank's node name
+    std::string job, node;             // this rank's job and node names
+    bool pending = false;              // enabled, not opened yet (ensure_tier() opens it)
     std::string file;                  // shard_name(rank): this rank's file in the tier
     // The tier step directory this rank's staging file sits in (the step it last committed or
     // restored from); unset while it is in staging/ (a save is writing it).
@@ -99,7 +100,9 @@ struct Manager::Impl {
   std::shared_future<SaveResult> start_save(std::uint64_t step, Metadata metadata, bool to_disk);  // manager.cpp
 
   // ---------------------------------------------------------------- tier_save.cpp
-  void open_tier();  // from the constructor: the node directory, or why the tier is off
+  void open_tier();    // from the constructor: the names checked, or why the tier is off
+  void ensure_tier();  // collective, at the first restore or save: the node directory opened
+  std::string tier_identity();  // rank 0: this directory's token for this job
   void turn_tier_off(const std::string& why);
   // Before save()'s copy: the staging mapped on this rank's tier file (mapping it the first time
   // or after a registration), the file moved into staging/ out of the step it held.

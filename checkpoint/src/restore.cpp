@@ -211,6 +211,7 @@ bool Manager::Impl::loads_in_place() const {
 std::int64_t Manager::Impl::restore() {
   const auto t0 = Clock::now();
   join();
+  ensure_tier();
   report = RestoreReport{};
   // A restore may read into staging (verify_before_load): never through the mapping of a tier
   // file, which holds a copy restore may still need. Mapped again at the end.
@@ -247,8 +248,10 @@ std::int64_t Manager::Impl::restore() {
     log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s{})", step,
                     report.source == "memory" ? "the memory tier" : "the checkpoint directory", session.rank(), report.seconds,
                     report.source == "memory"
-                        ? fmt::format(": {} shard(s) from their node, {} copied from another node", report.local_copies,
-                                      report.moved_copies)
+                        ? fmt::format(": this rank read {} shard(s) from its node, {} copied from another node; the "
+                                      "job copied {} shard(s), {} bytes, between nodes",
+                                      report.local_copies, report.moved_copies, report.job_moved_copies,
+                                      report.job_moved_bytes)
                         : ""));
     after_restore(report.source == "memory" ? std::optional<std::uint64_t>(step) : std::nullopt);
     return static_cast<std::int64_t>(step);

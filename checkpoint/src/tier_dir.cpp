@@ -1,5 +1,7 @@
 #include "tier_dir.hpp"
 
+#include "trainrt/checkpoint/memory_tier.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -299,3 +301,16 @@ std::vector<std::string> remove_job(const std::string& base, const std::string& 
 }
 
 }  // namespace trainrt::checkpoint::tier
+
+namespace trainrt::checkpoint {
+
+std::vector<std::string> remove_memory_tier(const std::string& base, const std::string& job) {
+  return tier::remove_job(base, job);
+}
+
+std::vector<std::string> remove_finished_memory_tiers(const std::string& base, const std::string& keep,
+                                                      const std::function<bool(const std::string&)>& finished) {
+  return tier::clean_finished_jobs(base, keep, finished);
+}
+
+}  // namespace trainrt::checkpoint

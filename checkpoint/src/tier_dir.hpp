@@ -2,8 +2,9 @@
 // The memory tier's files on one node (docs/checkpoint.md "Memory tier"):
 //   <base>/trainrt-<uid>/                 mode 0700, owned by the user (refused otherwise)
 //   <base>/trainrt-<uid>/job-<job>/       one job's tier: removed when the job ends
-//   .../job-<job>/ckpt-<key>/             one checkpoint directory's (two trainings in one job
-//                                         never see each other's state): key = XXH3 of its path
+//   .../job-<job>/ckpt-<key>/             one checkpoint directory's as this job uses it (two
+//                                         trainings of one job never see each other's state): the
+//                                         key is a token kept in the directory (memory-tier-id)
 //   .../ckpt-<key>/<node>/                one node's; a shared lock file held by every manager
 //        staging/rank_<r>.shard           a rank's file while a save writes it: not a step
 //        step_<N>/MANIFEST.json           a tier step: the manifest the checkpoint directory gets

@@ -263,7 +263,8 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         bad.erase({to_node, shard_of[i]});
         origin[{to_node, shard_of[i]}] = from_node[i];
         report.moved_copies += transfers[i].to == rank ? 1 : 0;
-        report.moved_bytes += transfers[i].to == rank ? transfers[i].bytes : 0;
+        report.job_moved_copies += 1;
+        report.job_moved_bytes += transfers[i].bytes;
       }
     }
     // Load from this node's tier exactly as from the directory.

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <random>
 #include <utility>
 
 #include "buddy.hpp"
@@ -20,7 +21,6 @@
 #include "manager_impl.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
-#include "xxh3.hpp"
 
 namespace trainrt::checkpoint {
 
@@ -71,30 +71,64 @@ void Manager::Impl::open_tier() {
     tier.off = "not enabled";
     return;
   }
-  const std::string job = m.job.empty() ? env_or("SLURM_JOB_ID", "") : m.job;
-  const std::string node = m.node.empty() ? env_or("SLURMD_NODENAME", host_name()) : m.node;
-  tier.node = node;
-  if (job.empty()) {
+  tier.job = m.job.empty() ? env_or("SLURM_JOB_ID", "") : m.job;
+  tier.node = m.node.empty() ? env_or("SLURMD_NODENAME", host_name()) : m.node;
+  if (std::string why = tier::check_name("job", tier.job); !why.empty() && !tier.job.empty()) throw UsageError(why, "memory tier");
+  if (std::string why = tier::check_name("node", tier.node); !why.empty()) throw UsageError(why, "memory tier");
+  if (tier.job.empty()) {
     turn_tier_off("no job id: outside Slurm set MemoryTier::job (the tier belongs to a job and outlives its steps)");
     return;
   }
-  // The checkpoint directory's own tier: its path as the kernel resolved it (the same on every node
-  // of a shared filesystem, whatever relative path or symlinked parent each rank was given).
-  char resolved[4096] = {};
-  const ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", root.fd()).c_str(), resolved, sizeof resolved - 1);
-  const std::string path = n > 0 ? std::string(resolved, static_cast<std::size_t>(n)) : root.path();
-  const std::string key = fmt::format("{:016x}", XXH3_64bits(path.data(), path.size()));
+  // Registration records sizes only: the staging will be the tier file (turn_tier_off undoes it).
+  staging.set_file_backed(true);
+  tier.pending = true;
+}
+
+std::string Manager::Impl::tier_identity() {
+  // The tier belongs to this checkpoint directory as this job uses it: a token kept in the
+  // directory with the job id. A later step of the job finds it; another job, or the directory
+  // made anew, gets a new token, so a tier left behind (a job id Slurm reused after a reset, a
+  // cleanup that never ran) is never taken for this run's state.
+  constexpr const char* kName = "memory-tier-id";
   try {
-    tier.dir = tier::NodeDir::open(m.base, job, key, node);
-  } catch (const UsageError&) {
-    throw;  // a job or node name that is no file name: the caller's mistake, named
+    const std::string text = root.read_small(kName, 256);
+    const std::string want = "job " + tier.job + "\ntoken ";
+    if (text.size() == want.size() + 33 && text.compare(0, want.size(), want) == 0 && text.back() == '\n') {
+      const std::string token = text.substr(want.size(), 32);
+      if (token.find_first_not_of("0123456789abcdef") == std::string::npos) return token;
+    }
+  } catch (const Error&) {
+    // none yet, or unreadable: a new one
+  }
+  std::random_device rd;
+  const std::string token = fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+  if (write_refusal().empty()) {
+    try {
+      const std::string text = "job " + tier.job + "\ntoken " + token + "\n";
+      root.write_new(std::string(kName) + ".tmp", {{text.data(), text.size()}});
+      root.rename(std::string(kName) + ".tmp", kName);
+    } catch (const Error& e) {
+      log(fmt::format("memory tier: the token could not be kept in {} ({}): later steps will not find this tier",
+                      root.path(), e.bare_what()));
+    }
+  }
+  return token;
+}
+
+void Manager::Impl::ensure_tier() {
+  if (!tier.pending) return;
+  tier.pending = false;
+  std::string token = session.rank() == 0 ? tier_identity() : std::string();
+  const auto b = session.broadcast({reinterpret_cast<const std::uint8_t*>(token.data()), token.size()}, 0);
+  token.assign(b.begin(), b.end());
+  try {
+    tier.dir = tier::NodeDir::open(opts.memory_tier.base, tier.job, token, tier.node);
   } catch (const Error& e) {
     turn_tier_off(e.what());
     return;
   }
   tier.file = format::shard_name(session.rank());
-  staging.set_file_backed(true);
-  if (session.rank() == 0) log(fmt::format("memory tier: {} (node {})", tier.dir->path(), node));
+  if (session.rank() == 0) log(fmt::format("memory tier: {} (node {})", tier.dir->path(), tier.node));
 }
 
 void Manager::Impl::turn_tier_off(const std::string& why) {
@@ -155,6 +189,7 @@ void Manager::Impl::map_tier_staging() {
 }
 
 void Manager::Impl::prepare_tier_staging() {
+  ensure_tier();
   if (!tier_off_requested.empty()) turn_tier_off(std::exchange(tier_off_requested, {}));
   if (!tier.dir) return;
   if (!staging.mapped() || tier.mapped_at != registrations) map_tier_staging();

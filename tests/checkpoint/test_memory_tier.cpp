@@ -269,8 +269,8 @@ TEST_CASE("the tier refuses another user's directory and bad names; snapshot nee
     fs::create_directories(t.base + "/elsewhere");
     fs::create_symlink(t.base + "/elsewhere", user);
     t.reopen();
+    t.save(2);  // the tier opens at the first save or restore
     CHECK_THAT(t.mgr->memory_tier_off(), Catch::Contains("symbolic link"));
-    t.save(2);
     CHECK(fs::is_empty(t.base + "/elsewhere"));
     REQUIRE(t.restart() == 2);
     CHECK(t.mgr->last_restore().source == "disk");
@@ -278,10 +278,11 @@ TEST_CASE("the tier refuses another user's directory and bad names; snapshot nee
   if (::geteuid() == 0) {
     SECTION("a user directory owned by someone else: the tier is off") {
       t.mgr.reset();
+      fs::create_directories(user);
       REQUIRE(::chown(user.c_str(), 65534, 65534) == 0);
       t.reopen();
-      CHECK_THAT(t.mgr->memory_tier_off(), Catch::Contains("owned by uid 65534"));
       CHECK_THROWS_WITH(t.mgr->snapshot(1).get(), Catch::Contains("not in the memory tier"));
+      CHECK_THAT(t.mgr->memory_tier_off(), Catch::Contains("owned by uid 65534"));
     }
   }
   SECTION("snapshot without the tier is a usage error") {
@@ -307,6 +308,15 @@ TEST_CASE("tier files never outlive the job: removal skips a live manager's node
   CHECK(fs::exists(t.tier_file(1)));
   lines = checkpoint::tier::remove_job(t.base, t.job);
   CHECK_FALSE(fs::exists(job));
+}
+
+TEST_CASE("a checkpoint directory made anew does not see the tier its predecessor left", "[memory_tier]") {
+  Tier t;
+  t.snapshot(5);
+  t.mgr.reset();
+  fs::remove_all(t.dir);  // the same path, another directory: a new run (or a job id used again)
+  REQUIRE(t.restart() == -1);
+  CHECK(t.holds(999));
 }
 
 TEST_CASE("two checkpoint directories in one job never see each other's memory tier", "[memory_tier]") {

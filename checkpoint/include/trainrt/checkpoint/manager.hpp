@@ -79,9 +79,10 @@ struct SaveResult {
 struct RestoreReport {
   std::int64_t step = -1;
   std::string source;            // "memory" or "disk" ("" when nothing was restored)
-  unsigned local_copies = 0;     // memory: shards read from the rank's own node
-  unsigned moved_copies = 0;     // memory: shards copied from another node first (buddy copies)
-  std::uint64_t moved_bytes = 0;
+  unsigned local_copies = 0;     // memory: shards this rank read that were on its node already
+  unsigned moved_copies = 0;     // memory: shards this rank received from another node (buddy copies)
+  unsigned job_moved_copies = 0;  // memory: shards copied between nodes in the whole job
+  std::uint64_t job_moved_bytes = 0;
   double seconds = 0;            // the whole restore() call
   std::vector<std::string> fallbacks;  // "memory tier step 40: rank 3: ...; falling back to ..."
 };
