@@ -17,7 +17,7 @@ struct RecoveryTimes {
   double restore_done = 0;   // restore() returned
   std::int64_t restored_step = -1;
   std::string source;        // "memory", "disk" or "" (fresh start)
-  unsigned moved_copies = 0;  // rank 0's shards that came from another node (a spare's come from its buddy)
+  unsigned moved_copies = 0;  // shards copied between nodes before the restore (a spare's come from buddies)
   std::string fallbacks;     // why a newer step or a faster tier was not used ("" when none)
 };
 

@@ -283,8 +283,9 @@ int train(const Options& o) {
   co.keep_last = 2;
   co.host = rt->host.get();  // a restore at another world size moves sharded state through it
   co.log = [rank](const std::string& msg) {
-    // Rank 0 speaks for the job; any rank's fallback or memory-tier trouble is worth a line.
-    if (rank == 0 || msg.find("skipped") != std::string::npos || msg.find("memory tier: off") != std::string::npos)
+    // Rank 0 speaks for the job (fallbacks are agreed, so it has them all); a rank whose memory
+    // tier is off says why itself.
+    if (rank == 0 || msg.find("memory tier: off") != std::string::npos)
       fmt::print("{}\n", msg);
   };
   co.memory_tier.enabled = o.memory_tier;
@@ -298,7 +299,7 @@ int train(const Options& o) {
   const auto& restored = ckpt.last_restore();
   times.restored_step = restored.step;
   times.source = restored.source;
-  times.moved_copies = restored.moved_copies;
+  times.moved_copies = restored.job_moved_copies;
   for (const auto& f : restored.fallbacks) times.fallbacks += (times.fallbacks.empty() ? "" : "; ") + f;
   // A step after a failure: the batch script's times and ours make one recovery line, after the
   // first step (that is when the job is training again).
