@@ -43,6 +43,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--memory-tier-dir", o.memory_tier_dir, "the tmpfs for --memory-tier (default /dev/shm)");
   app.add_option("--snapshot-every", o.snapshot_every,
                  "with --memory-tier: a memory-only checkpoint every K steps between the directory's (default 0: none)");
+  app.add_option("--ballast-mib", o.ballast_mib,
+                 "N MiB of extra state in total, split over the ranks and checkpointed with the model: gigabytes to "
+                 "save and restore without slower steps (recovery benchmarks; default 0)");
   app.add_option("--out", o.out_dir, "metrics, trace, flight recorder and summary go here (default .)");
   app.add_option("--lr", o.lr, "AdamW learning rate (default 3e-3)");
   app.add_option("--hidden", o.hidden, "hidden units (default 64; larger makes each step longer)")->check(CLI::Range(1, 1 << 20));

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "ballast.hpp"
 #include "goodput.hpp"
 #include "mlp.hpp"
 #include "monitor.hpp"
@@ -98,13 +99,17 @@ struct Reporting {
 
 // State registration: the engine's tensors plus the step counter, then the newest checkpoint every
 // rank can verify (if any). Returns the last completed step (0 for a fresh start).
-std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob) {
+std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob,
+                                   Ballast& ballast, std::uint64_t seed) {
   engine.register_state(ckpt);
+  ballast.register_state(ckpt);
   ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
   std::uint64_t done = 0;
   if (ckpt.restore() >= 0) {
     std::memcpy(&done, step_blob.data(), 8);
     engine.state_restored();
+  } else {
+    ballast.fill(seed);
   }
   return done;
 }
@@ -118,6 +123,7 @@ class Trainer {
   std::uint64_t done = 0;
   float loss = 0;
   std::function<void()> after_first_step;  // once, after this run's first completed step
+  Ballast* ballast = nullptr;
 
   void loop(const Shapes& shapes) {
     for (std::uint64_t step = done + 1; step <= o_.steps; ++step) {
@@ -132,6 +138,7 @@ class Trainer {
       average(step, local_loss, shapes.parameter_count() * 4);
       const double comm_s = rep_.trace.now() - t_comm;
       engine_.optimizer_step(o_.lr, step);
+      if (ballast) ballast->step(step);
       done = step;
       const double step_s = rep_.trace.now() - t0;
       rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
@@ -145,7 +152,7 @@ class Trainer {
 
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
   void finish() {
-    if (pending_.valid()) pending_.get();
+    if (pending_.valid()) finish_pending();
     if (o_.ckpt_every > 0 && done % o_.ckpt_every != 0) {
       std::memcpy(step_blob.data(), &done, 8);
       ckpt_.save(done).get();
@@ -157,12 +164,19 @@ class Trainer {
 
  private:
   // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
+  // The same exchange says whether any rank's previous checkpoint is still persisting: a snapshot
+  // due then is skipped by every rank alike (a snapshot must not stall training, nor leave the
+  // loop waiting on a background agreement that a dead peer never joins).
   void stop_if_any_rank_was_signalled() {
-    std::int32_t stop_here = should_stop() ? 1 : 0, stop_any = 0;
-    rt_.host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max);
+    const std::int32_t mine[2] = {should_stop() ? 1 : 0,
+                                  pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready};
+    std::int32_t any[2] = {0, 0};
+    rt_.host->allreduce(mine, any, 2, DType::I32, ReduceOp::Max);
+    checkpoint_busy_ = any[1] != 0;
+    const std::int32_t stop_any = any[0];
     if (!stop_any) return;
     if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
-    if (pending_.valid()) pending_.get();
+    finish_pending();
     std::memcpy(step_blob.data(), &done, 8);
     save_and_exit(ckpt_, done);
   }
@@ -210,21 +224,23 @@ class Trainer {
   // Returns (stall seconds, persist seconds of a save that finished meanwhile, -1 if none).
   std::pair<double, double> checkpoint_if_due(std::uint64_t step) {
     double stall = 0, persist = -1;
-    if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      persist = pending_.get().persist_seconds;
-      pending_ = {};
-    }
+    if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) persist = finish_pending();
     const bool to_disk = o_.ckpt_every > 0 && step % o_.ckpt_every == 0;
-    const bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
+    bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
+    if (to_memory && checkpoint_busy_) {
+      if (rank_ == 0) fmt::print("train-mlp: snapshot {} skipped: the previous checkpoint is still persisting\n", step);
+      to_memory = false;
+    }
     if (to_disk || to_memory) {
       std::memcpy(step_blob.data(), &done, 8);
       // Waiting here for the previous save to persist stalls training too: it counts in the stall,
       // as Manager::save() counts its own wait for a save still in flight.
       const double ts = rep_.trace.now();
-      if (pending_.valid()) persist = pending_.get().persist_seconds;
+      if (pending_.valid()) persist = finish_pending();
       checkpoint::Metadata meta{{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
                                 {"device", engine_.describe()}};
       pending_ = to_disk ? ckpt_.save(step, std::move(meta)) : ckpt_.snapshot(step, std::move(meta));
+      pending_snapshot_ = to_memory;
       stall = rep_.trace.now() - ts;
       rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
     }
@@ -253,6 +269,22 @@ class Trainer {
   unsigned rank_, world_;
   Batch batch_;
   std::shared_future<checkpoint::SaveResult> pending_;
+  bool pending_snapshot_ = false;  // pending_ is a memory-tier snapshot
+  bool checkpoint_busy_ = false;   // some rank's previous checkpoint was persisting at this step's start
+
+  // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
+  // tier is said and training goes on (older steps are where they were); a failed directory save
+  // ends the run as it always did.
+  double finish_pending() {
+    auto f = std::exchange(pending_, {});
+    if (!pending_snapshot_) return f.get().persist_seconds;
+    try {
+      return f.get().memory_seconds;
+    } catch (const Error& e) {
+      if (rank_ == 0) fmt::print(stderr, "train-mlp: {}\n", e.what());
+      return -1;
+    }
+  }
 };
 
 void dump_params(const std::string& path, HostParams& params) {
@@ -294,7 +326,9 @@ int train(const Options& o) {
   Monitor monitor(o, *rt, rep.metrics, rep.metrics_path);
   monitor.share_nodes();
   Trainer trainer(o, *rt, *engine, ckpt, rep, monitor);
-  trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
+  Ballast ballast(o.ballast_mib, rank, rt->size);
+  trainer.ballast = &ballast;
+  trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob, ballast, o.seed);
   times.restore_done = epoch_now();
   const auto& restored = ckpt.last_restore();
   times.restored_step = restored.step;
