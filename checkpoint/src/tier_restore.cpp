@@ -204,6 +204,7 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
     if (!missing.empty())
       return fmt::format("no verified copy left in memory of {}{}", missing, last_why.empty() ? "" : " (" + last_why + ")");
     if (!transfers.empty()) {
+      const auto t_move = Clock::now();
       std::vector<Fd> sources(transfers.size()), copies(transfers.size());
       std::string why = run([&] {
         std::string first;
@@ -255,6 +256,11 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         last_why = all;
         continue;
       }
+      std::uint64_t bytes = 0;
+      for (const auto& t : transfers) bytes += t.bytes;
+      if (rank == 0)
+        log(fmt::format("memory tier: step {}: {} shard(s) copied between nodes, {} bytes in {:.3f} s", step, transfers.size(),
+                        bytes, std::chrono::duration<double>(Clock::now() - t_move).count()));
       for (std::size_t i = 0; i < transfers.size(); ++i) {
         const unsigned to_node = h.node_of[transfers[i].to];
         auto& ranks = held[to_node]->ranks;

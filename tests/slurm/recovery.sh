@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Recovery inside the allocation on a real 3-node local Slurm cluster (docs/recovery.md): train.sbatch
-# with TRAINRT_SPARES=1 trains 4 ranks on trt-n1 and trt-n2 with the memory tier (snapshots every 5
+# with TRAINRT_SPARES=1 trains 4 ranks on trt-n1 and trt-n2 with the memory tier (snapshots every 10
 # steps, the directory every 20). Mid-run every process of the job on trt-n2 is killed and that
 # node's memory tier removed (a node lost with its memory):
 #  (a) the doctor names trt-n2, the next step runs on trt-n1 + the spare trt-n3 at the same world
@@ -26,7 +26,7 @@ cluster_harness recovery 7967 7968
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 300 bash "$cluster" run "$@"; }
 tier_root=/dev/shm/trainrt-$(id -u)
-args=(--device cpu --steps 300 --ckpt-every 20 --snapshot-every 5 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
+args=(--device cpu --steps 300 --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
 
 # The uninterrupted run: the same 4 ranks on 2 nodes.
@@ -42,25 +42,56 @@ pids_on() {
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && echo "$pid"
   done
 }
-wait_for_step() {  # wait_for_step OUTDIR STEP: rank 0 finished STEP
-  for _ in $(seq 1 600); do
-    grep -q "\"event\":\"step\",\"step\":$2," "$1/metrics_rank0.jsonl" 2>/dev/null && return 0
-    sleep 0.1
+# Whether the memory tier of job $1 holds a step >= $2 complete on both nodes: on trt-n1 and trt-n2
+# its manifest and all 4 shards (each node's own 2 and its buddy copies of the other's 2), so a lost
+# node's shards are on the other one. While a snapshot is being made the previous one is partly
+# overwritten and a lost node falls back to the directory (docs/recovery.md "Windows"): the kill
+# waits for a complete step, with the job frozen so that nothing moves between the look and the kill.
+protected() {
+  local tiers step n f ok
+  tiers=$(echo "$tier_root/job-$1"/ckpt-*)
+  for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
+    (( 10#${step#step_} >= $2 )) || return 1
+    ok=1
+    for n in trt-n1 trt-n2; do
+      [[ -f $tiers/$n/$step/MANIFEST.json ]] || ok=0
+      for f in 0 1 2 3; do [[ -f $tiers/$n/$step/rank_0000$f.shard ]] || ok=0; done
+    done
+    (( ok )) && return 0
   done
   return 1
 }
-# Submits train.sbatch on 3 nodes with 1 spare; kills trt-n2's processes once step 33 is done,
+freeze_when_protected() {  # freeze_when_protected JOBID STEP PIDS...: 0 with the PIDs stopped
+  local job=$1 step=$2; shift 2
+  for _ in $(seq 1 1500); do
+    if protected "$job" "$step"; then
+      kill -STOP "$@"
+      protected "$job" "$step" && return 0
+      kill -CONT "$@"
+    fi
+    sleep 0.02
+  done
+  return 1
+}
+
+# Submits train.sbatch on 3 nodes with 1 spare; kills trt-n2's processes once a snapshot of step
+# 40 or later is protected,
 # after running "$@" on the frozen job (all its trainer processes stopped, so no save moves on).
 run_case() {  # run_case NAME [command run while frozen...]
   local name=$1 jobid; shift
   export TRAINER=$trainer DOCTOR=$doctor CKPT_TOOL=$tool RUN_DIR=$work/$name MAX_RERUNS=2
   jobid=$(crun sbatch --parsable -N 3 --ntasks-per-node=2 --export=ALL,TRAINRT_SPARES=1 \
           --train-runtime=policy=numa,bind=off -o "$work/$name.out" "$repo/slurm_examples/train.sbatch" "${args[@]}")
-  if ! wait_for_step "$RUN_DIR/out" 33; then fail "$name: the job never reached step 33" "$(tail -5 "$work/$name.out")"; return 1; fi
   local all victims
-  all=$( (pids_on "$jobid" trt-n1; pids_on "$jobid" trt-n2) | tr '\n' ' ')
+  for _ in $(seq 1 600); do
+    all=$( (pids_on "$jobid" trt-n1; pids_on "$jobid" trt-n2) | tr '\n' ' ')
+    [[ $(wc -w <<<"$all") -eq 4 ]] && break
+    sleep 0.1
+  done
   victims=$(pids_on "$jobid" trt-n2 | tr '\n' ' ')
-  kill -STOP $all
+  if ! freeze_when_protected "$jobid" 40 $all; then
+    fail "$name: no complete snapshot of step 40 or later in the memory tier" "$(tail -5 "$work/$name.out")"; return 1
+  fi
   tiers=$(echo "$tier_root/job-$jobid"/ckpt-*)
   "$@"
   rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
@@ -86,7 +117,7 @@ run_case spare
 restored=$(grep -oE "restored step [0-9]+ from the memory tier" <<<"$out" | grep -oE "[0-9]+" | head -1)
 moved=$(grep -oE "the job copied [0-9]+ shard" <<<"$out" | grep -oE "[0-9]+" | head -1)
 event=$(grep '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" | tail -1)
-if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && [[ -n $restored && $restored -ge 30 && ${moved:-0} -ge 2 ]] &&
+if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && [[ -n $restored && $restored -ge 40 && ${moved:-0} -ge 2 ]] &&
    [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
    grep -q '"restore_source":"memory"' <<<"$event" && grep -q '"kind":"spare"' <<<"$event" && [[ ! -e $job_tier ]]; then
   pass "trt-n2's ranks killed after step $killed_after: trt-n3 took its place (4 ranks), step $restored restored from memory ($moved shards from buddy copies), final params bitwise equal; tier removed at the end"
