@@ -14,10 +14,13 @@
 #include <signal.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -97,6 +100,38 @@ struct Reporting {
         trace(fmt::format("{}/trace_rank{}.json", o.out_dir, rank), rank) {}
 };
 
+// Start-up (the ballast's memory, mapping the memory tier, restore() and its copies between nodes)
+// takes seconds per GiB of state, longer than a tight --watchdog: it is no hang. While it runs the
+// progress watchdog hears from this thread, for at most 10 minutes; a start-up stuck longer is the
+// watchdog's again (restore's own collectives time out well before that).
+class StartupBeat {
+ public:
+  explicit StartupBeat(Watchdog& w)
+      : thread_([this, &w] {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+          std::unique_lock<std::mutex> lock(m_);
+          while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; }) &&
+                 std::chrono::steady_clock::now() < until)
+            w.heartbeat();
+        }) {}
+  StartupBeat(const StartupBeat&) = delete;
+  StartupBeat& operator=(const StartupBeat&) = delete;
+  ~StartupBeat() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 // State registration: the engine's tensors plus the step counter, then the newest checkpoint every
 // rank can verify (if any). Returns the last completed step (0 for a fresh start).
 std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob,
@@ -152,10 +187,15 @@ class Trainer {
 
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
   void finish() {
-    if (pending_.valid()) finish_pending();
+    if (pending_.valid()) {
+      wait_for_persist(pending_);
+      finish_pending();
+    }
     if (o_.ckpt_every > 0 && done % o_.ckpt_every != 0) {
       std::memcpy(step_blob.data(), &done, 8);
-      ckpt_.save(done).get();
+      auto last = ckpt_.save(done);
+      wait_for_persist(last);
+      last.get();
     }
     ckpt_.wait_idle();  // old steps removed before the summary is printed
     monitor_.finish(done);
@@ -275,6 +315,15 @@ class Trainer {
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
   // ends the run as it always did.
+  // After the last step, waiting for a checkpoint to persist is no hang however long it takes at
+  // this state size (seconds per GiB, more than a tight --watchdog): the progress watchdog hears
+  // from this wait, for at most 10 minutes; a persist stuck longer is the watchdog's again.
+  void wait_for_persist(const std::shared_future<checkpoint::SaveResult>& f) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready && std::chrono::steady_clock::now() < until)
+      rep_.watchdog.heartbeat();
+  }
+
   double finish_pending() {
     auto f = std::exchange(pending_, {});
     if (!pending_snapshot_) return f.get().persist_seconds;
@@ -309,6 +358,7 @@ int train(const Options& o) {
   shapes.hidden = o.hidden;
   auto engine = make_engine(*rt, o, shapes);
   Reporting rep(o, rank);
+  std::optional<StartupBeat> starting(std::in_place, rep.watchdog);
 
   checkpoint::Options co;
   co.directory = o.ckpt_dir;
@@ -330,6 +380,7 @@ int train(const Options& o) {
   trainer.ballast = &ballast;
   trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob, ballast, o.seed);
   times.restore_done = epoch_now();
+  starting.reset();
   const auto& restored = ckpt.last_restore();
   times.restored_step = restored.step;
   times.source = restored.source;
