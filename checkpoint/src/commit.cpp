@@ -123,7 +123,8 @@ void commit_manifest(const Dir& root, const Dir& dir, std::uint64_t step, const 
         dir.fsync();
       } catch (const Error&) {
       }
-      throw Error(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()), dir.path());
+      throw CheckpointError(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()),
+                            dir.path());
     }
     say(fmt::format("checkpoint: step {} committed, but syncing it failed: {}", step, e.what()));
   }
@@ -242,12 +243,12 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   json status;
   std::optional<Dir> dir;
   try {
-    if (std::string why = write_refusal(); !why.empty()) throw Error(why, "checkpoint");
+    if (std::string why = write_refusal(); !why.empty()) throw CheckpointError(why, "checkpoint");
     dir = root.sub_or_create(dir_name);
     if (dir->stat().st_uid != ::geteuid())
-      throw Error(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it", dir->path(),
-                              dir->stat().st_uid),
-                  "checkpoint");
+      throw CheckpointError(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it",
+                                        dir->path(), dir->stat().st_uid),
+                            "checkpoint");
     std::string header_xxh3;
     json fingerprints;
     result = write_shard(step, *dir, header_xxh3, fingerprints);
@@ -287,7 +288,8 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     json decided = from_blob(session.broadcast(to_blob(commit_status), 0));
     if (!decided.at("ok").get<bool>()) {
       discard(step);  // the step never had a manifest: leave nothing of it behind
-      throw Error(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()), "checkpoint");
+      throw CheckpointError(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()),
+                            "checkpoint");
     }
     result.step = step;
     result.stall_seconds = stall;

@@ -209,6 +209,11 @@ def test_registration_errors_are_typed(tmp_path):
     m.register("w", np.zeros(8, dtype=np.float32))
     e = expect_raises(trainrt.Error, m.register, "w", np.zeros(8, dtype=np.float32), contains=("'w'", "twice"))
     assert isinstance(e, trainrt.UsageError)  # registering a name twice is a bug in the program
+    # The same misuse is the same exception wherever it is caught: a blob's name twice, a tensor on
+    # a blob's name.
+    m.register_state_dict("s.", {"lr": 0.1})
+    expect_raises(trainrt.UsageError, m.register_state_dict, "s.", {"lr": 0.2}, contains=("'s.@json'", "twice"))
+    expect_raises(trainrt.UsageError, m.register, "s.@json", np.zeros(2, dtype=np.float32), contains=("twice",))
     expect_raises(trainrt.UsageError, m.register, "strided", np.zeros((8, 8), dtype=np.float32)[::2],
                   contains=("'strided'", "not contiguous"))
     expect_raises(trainrt.UsageError, m.register, "list", [1, 2, 3], contains=("'list'",))
