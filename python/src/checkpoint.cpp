@@ -11,9 +11,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -143,6 +145,19 @@ class PyManager {
     pending_ = manager_->save(step, metadata);
   }
 
+  // The last save()'s outcome once it is committed on every rank (None when none is pending),
+  // without waiting for old steps' removal as wait() does: what save() needs of its predecessor.
+  nb::object finish() {
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      if (pending_) r = finish_pending();
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
+  }
+
   nb::object wait() {
     std::optional<ckpt::SaveResult> r;
     {
@@ -153,6 +168,14 @@ class PyManager {
     }
     if (!r) return nb::none();
     return save_result(*r);
+  }
+
+  // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
+  // that holds the manager (a wait() in progress) means not yet.
+  bool save_done() {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    return !pending_ || pending_->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
 
   std::int64_t restore() {
@@ -269,6 +292,8 @@ void bind_checkpoint(nb::module_& m) {
       .def("get_blob", &PyManager::get_blob)
       .def("save", &PyManager::save, nb::arg("step"), nb::arg("metadata"))
       .def("wait", &PyManager::wait)
+      .def("save_done", &PyManager::save_done)
+      .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)
       .def_prop_ro("restored_metadata", &PyManager::restored_metadata)
       .def_prop_ro("directory", &PyManager::directory)

@@ -31,7 +31,7 @@ def test_numpy_round_trip_bitwise_in_place(tmp_path):
     flags = rng.integers(0, 2, 64).astype(bool)
     saved = [x.copy() for x in (a, b, raw, flags)]
     with checkpoint.Manager(d) as m:
-        assert m.restore() == -1 and m.restored_metadata == {}
+        assert m.restore() is None and m.restored_metadata == {}
         for name, x in zip("abrf", (a, b, raw, flags)):
             m.register(name, x)
         m.save(3, {"loss": "0.25", "epoch": 2, "cfg": {"lr": 0.1}})
@@ -115,7 +115,7 @@ def test_model_and_optimizer_resume_bitwise(tmp_path):
     onames = m.register_optimizer("optim.", opt)
     assert "model.0.weight" in names and "model.1.num_batches_tracked" in names, names
     assert "optim.state.0.exp_avg" in onames and "optim.state.0.step" in onames, onames
-    assert m.restore() == -1
+    assert m.restore() is None
     _train(model, opt, range(2))
     opt.param_groups[0]["lr"] = 2e-2
     _train(model, opt, range(2, 3))
