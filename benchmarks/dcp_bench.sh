@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PyTorch DCP with FileSystemWriter/Reader against trainrt.dcp.Writer/Reader (benchmarks/dcp_bench.py):
-# the same state and run, at 2 and 4 ranks. Figures: docs/performance.md "PyTorch DCP storage".
+# the same state and run, at 2 and 4 ranks. Figures: docs/performance-checkpoints.md "PyTorch DCP storage".
 #   bash benchmarks/dcp_bench.sh [BUILD_DIR] [MIB_PER_RANK] [REPS]
 # Needs torch 2.x in the Python the module was built for (scripts/python-torch.sh), mpirun, and
 # root for the cold-cache loads (drop_caches; skipped otherwise). Writes under $TMPDIR.

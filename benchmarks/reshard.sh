@@ -2,12 +2,12 @@
 # Sharded state restored at another world size against a same-layout restore of the same bytes,
 # in one run, alternating A B A B, the page cache dropped before every restore (root):
 # time (slowest rank), bytes read from files over all ranks per byte of state, and the largest
-# rise of a rank's peak RSS during the restore (docs/performance.md "Resharded restore").
+# rise of a rank's peak RSS during the restore (docs/performance-checkpoints.md "Resharded restore").
 # Usage: benchmarks/reshard.sh [BUILD_DIR] [MIB_PER_SAVING_RANK] [REPEATS]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 mib=${2:-256} repeats=${3:-2}
-bench=$build/tests/perf/reshard-bench
+bench=$build/benchmarks/reshard-bench
 [[ -x $bench ]] || { echo "reshard.sh: $bench is not built (bash scripts/build.sh)"; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "reshard.sh: dropping the page cache needs root"; exit 1; }
 dir=$(mktemp -d "$build/reshard-bench.XXXXXX")

@@ -128,7 +128,8 @@ void commit_manifest(const Dir& root, const Dir& dir, std::uint64_t step, const 
         dir.fsync();
       } catch (const Error&) {
       }
-      throw Error(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()), dir.path());
+      throw CheckpointError(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()),
+                            dir.path());
     }
     say(fmt::format("checkpoint: step {} committed, but syncing it failed: {}", step, e.what()));
   }
@@ -250,10 +251,12 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   std::unique_ptr<format::ShardWriter> w;
   json fingerprints;
   std::string prepare_error;
+  std::exception_ptr prepare_failure;
   try {
     w = prepare_shard(step, fingerprints);
   } catch (const std::exception& e) {
     prepare_error = e.what();
+    prepare_failure = std::current_exception();
   }
   TierOutcome memory;
   if (tier_everywhere) memory = persist_memory(step, w.get(), prepare_error, fingerprints, metadata);
@@ -264,7 +267,7 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
                     memory.seconds, to_disk ? "" : ", snapshot"));
   if (!to_disk) {
     if (!memory.committed) {
-      promise->set_exception(std::make_exception_ptr(Error(
+      promise->set_exception(std::make_exception_ptr(CheckpointError(
           fmt::format("step {} not in the memory tier: {}", step, tier_everywhere ? memory.error : "it is not enabled on every rank"),
           "checkpoint snapshot")));
       return;
@@ -284,13 +287,13 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   json status;
   std::optional<Dir> dir;
   try {
-    if (!w) throw Error(prepare_error, "checkpoint");
-    if (std::string why = write_refusal(); !why.empty()) throw Error(why, "checkpoint");
+    if (!w) std::rethrow_exception(prepare_failure);  // its own type: a UsageError stays one
+    if (std::string why = write_refusal(); !why.empty()) throw CheckpointError(why, "checkpoint");
     dir = root.sub_or_create(dir_name);
     if (dir->stat().st_uid != ::geteuid())
-      throw Error(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it", dir->path(),
-                              dir->stat().st_uid),
-                  "checkpoint");
+      throw CheckpointError(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it",
+                                        dir->path(), dir->stat().st_uid),
+                            "checkpoint");
     result = write_shard(step, *dir, *w);
     status = {{"ok", true},
               {"rank", rank},
@@ -328,7 +331,8 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     json decided = from_blob(session.broadcast(to_blob(commit_status), 0));
     if (!decided.at("ok").get<bool>()) {
       discard(step);  // the step never had a manifest: leave nothing of it behind
-      throw Error(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()), "checkpoint");
+      throw CheckpointError(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()),
+                            "checkpoint");
     }
     result.step = step;
     result.stall_seconds = stall;

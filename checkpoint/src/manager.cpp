@@ -29,7 +29,7 @@ Manager::Impl::Impl(bootstrap::Session& s, Options o) : session(s), opts(std::mo
 
 Manager::Manager(bootstrap::Session& session, Options options)
     : impl_(std::make_unique<Impl>(session, std::move(options))) {
-  if (impl_->opts.directory.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  if (impl_->opts.directory.empty()) throw UsageError("no checkpoint directory given", "checkpoint");
   // Opened once, without following a symlink; every later access goes through this descriptor.
   impl_->root = Dir::open_or_create(impl_->opts.directory);
   impl_->open_tier();
@@ -120,12 +120,14 @@ std::shared_future<SaveResult> Manager::snapshot(std::uint64_t step, Metadata me
 std::shared_future<SaveResult> Manager::Impl::start_save(std::uint64_t step, Metadata metadata, bool to_disk) {
   const auto t0 = Clock::now();
   // Refused here, before anything is staged: what readers would refuse must not be written.
-  if (step > format::kMaxStep) throw Error(fmt::format("step {} is above the largest step {}", step, format::kMaxStep), "checkpoint");
-  if (std::string why = format::check_metadata(metadata); !why.empty()) throw Error(why, "checkpoint");
+  if (step > format::kMaxStep)
+    throw UsageError(fmt::format("step {} is above the largest step {}", step, format::kMaxStep), "checkpoint");
+  if (std::string why = format::check_metadata(metadata); !why.empty()) throw UsageError(why, "checkpoint");
   for (const auto& e : entries)
     if (e.blob && e.blob->size() > format::kMaxBlobBytes)
-      throw Error(fmt::format("blob '{}' is {} bytes, more than the {}-byte limit", e.name, e.blob->size(), format::kMaxBlobBytes),
-                  "checkpoint");
+      throw UsageError(fmt::format("blob '{}' is {} bytes, more than the {}-byte limit", e.name, e.blob->size(),
+                                   format::kMaxBlobBytes),
+                       "checkpoint");
   join();  // one save in flight at a time; waiting for it counts as stall
   prepare_tier_staging();  // renames and, once, maps: the copy below then lands in the tier file
   // The stall: copy registered state into the reused staging buffers.

@@ -295,10 +295,11 @@ std::int64_t Manager::Impl::restore() {
   report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   after_restore(std::nullopt);
   if (!overwritten_by.empty())
-    throw Error(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize them "
-                            "again before training from scratch (Options::verify_before_load keeps them untouched)",
-                            overwritten_by),
-                "checkpoint restore");
+    throw CheckpointError(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize "
+                                      "them again before training from scratch (Options::verify_before_load keeps them "
+                                      "untouched)",
+                                      overwritten_by),
+                          "checkpoint restore");
   log("checkpoint: no usable checkpoint; starting fresh");
   return -1;
 }

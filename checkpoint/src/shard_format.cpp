@@ -54,7 +54,7 @@ void ShardWriter::add(const std::string& name, bool blob, DType dtype, const std
 void ShardWriter::place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
                         bool replicated, std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded) {
   if (offset > region_bytes_ || bytes > region_bytes_ - offset)
-    throw Error(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
+    throw UsageError(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
   add(name, blob, dtype, shape, replicated, static_cast<const std::byte*>(region_) + offset, offset, bytes, sharded);
 }
 
@@ -105,10 +105,10 @@ const std::vector<Piece>& ShardWriter::finish(std::size_t head_bytes) {
     text.append(head_bytes - 16 - text.size(), ' ');
   }
   if (text.size() > kMaxHeaderBytes)
-    throw Error(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too many "
-                            "registered entries or too long names)",
-                            text.size(), kMaxHeaderBytes),
-                "checkpoint");
+    throw UsageError(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too "
+                                 "many registered entries or too long names)",
+                                 text.size(), kMaxHeaderBytes),
+                     "checkpoint");
   head_.assign(static_cast<std::size_t>(align_up(16 + text.size(), kDataAlign)), 0);
   std::memcpy(head_.data(), kMagic, 8);
   const std::uint32_t version = kVersion, len = static_cast<std::uint32_t>(text.size());

@@ -84,14 +84,14 @@ WrittenShard write_shard(const std::string& directory, std::uint64_t step, unsig
   for (const auto& it : items) check_item(it, seen);
 
   Dir root = Dir::open_or_create(directory);
-  if (std::string why = write_refusal(root); !why.empty()) throw Error(why, "checkpoint");
+  if (std::string why = write_refusal(root); !why.empty()) throw CheckpointError(why, "checkpoint");
   Dir dir = root.sub_or_create(format::step_dir_name(step));
   if (dir.stat().st_uid != ::geteuid())
-    throw Error(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it", dir.path(),
+    throw CheckpointError(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it", dir.path(),
                             dir.stat().st_uid),
                 "checkpoint");
   if (dir.exists(format::kManifestName))
-    throw Error(fmt::format("step {} is already committed in {}: a committed step is never rewritten (save another step)",
+    throw CheckpointError(fmt::format("step {} is already committed in {}: a committed step is never rewritten (save another step)",
                             step, directory),
                 "checkpoint");
 
@@ -187,12 +187,12 @@ void commit_step(const std::string& directory, std::uint64_t step, unsigned worl
   if (std::string why = format::check_metadata(metadata); !why.empty()) usage(why);
 
   Dir root = Dir::open(directory);
-  if (std::string why = write_refusal(root); !why.empty()) throw Error(why, "checkpoint");
+  if (std::string why = write_refusal(root); !why.empty()) throw CheckpointError(why, "checkpoint");
   std::string why;
   auto dir = root.sub(format::step_dir_name(step), &why);
-  if (!dir) throw Error(fmt::format("step {} cannot be committed: {}", step, why), "checkpoint");
+  if (!dir) throw CheckpointError(fmt::format("step {} cannot be committed: {}", step, why), "checkpoint");
   if (dir->exists(format::kManifestName))
-    throw Error(fmt::format("step {} is already committed in {}: a committed step is never rewritten", step, directory),
+    throw CheckpointError(fmt::format("step {} is already committed in {}: a committed step is never rewritten", step, directory),
                 "checkpoint");
   for (const auto& a : options.attachments) {
     dir->write_new(a.name + ".tmp", {{a.data.data(), a.data.size()}});
@@ -226,17 +226,17 @@ struct StepReader::Impl {
   format::ShardReader& shard(unsigned rank) {
     if (auto it = readers.find(rank); it != readers.end()) return it->second;
     const format::ShardRecord* rec = manifest.shard_of(rank);
-    if (!rec) throw Error(fmt::format("step {} has no shard of rank {} (world size {})", manifest.step, rank, manifest.world_size),
+    if (!rec) throw CheckpointError(fmt::format("step {} has no shard of rank {} (world size {})", manifest.step, rank, manifest.world_size),
                           "checkpoint");
     format::ShardReader r;
     if (std::string why = r.open(dir, manifest, *rec); !why.empty())
-      throw Error(fmt::format("step {}, rank {}: {}", manifest.step, rank, why), "checkpoint");
+      throw CheckpointError(fmt::format("step {}, rank {}: {}", manifest.step, rank, why), "checkpoint");
     return readers.emplace(rank, std::move(r)).first->second;
   }
   const format::ShardEntry& find(unsigned rank, const std::string& name) {
     auto& r = shard(rank);
     const format::ShardEntry* e = r.find(name);
-    if (!e) throw Error(fmt::format("step {}, rank {}: {} has no entry '{}'", manifest.step, rank, r.name(), name), "checkpoint");
+    if (!e) throw CheckpointError(fmt::format("step {}, rank {}: {} has no entry '{}'", manifest.step, rank, r.name(), name), "checkpoint");
     return *e;
   }
 };
@@ -245,10 +245,10 @@ StepReader::StepReader(const std::string& directory, std::uint64_t step) : impl_
   impl_->root = Dir::open(directory);
   std::string why;
   auto dir = impl_->root.sub(format::step_dir_name(step), &why);
-  if (!dir) throw Error(fmt::format("step {}: {}", step, why), "checkpoint");
+  if (!dir) throw CheckpointError(fmt::format("step {}: {}", step, why), "checkpoint");
   impl_->dir = std::move(*dir);
   if (why = format::read_manifest(impl_->dir, step, impl_->manifest); !why.empty())
-    throw Error(fmt::format("step {}: {}", step, why), "checkpoint");
+    throw CheckpointError(fmt::format("step {}: {}", step, why), "checkpoint");
 }
 
 StepReader::~StepReader() = default;
@@ -283,7 +283,7 @@ void StepReader::read(unsigned rank, const std::string& name, void* dst, std::si
     usage(fmt::format("step {}, rank {}: entry '{}' is {} bytes, the destination {}", impl_->manifest.step, rank, name,
                       e.bytes, bytes));
   if (std::string why = impl_->shard(rank).read_verified(e, static_cast<std::uint8_t*>(dst)); !why.empty())
-    throw Error(fmt::format("step {}, rank {}: {}", impl_->manifest.step, rank, why), "checkpoint");
+    throw CheckpointError(fmt::format("step {}, rank {}: {}", impl_->manifest.step, rank, why), "checkpoint");
 }
 
 std::string StepReader::attachment(const std::string& name) {
@@ -291,11 +291,11 @@ std::string StepReader::attachment(const std::string& name) {
   const std::uint64_t step = impl_->manifest.step;
   auto it = impl_->manifest.metadata.find(kAttachmentKey + name);
   if (it == impl_->manifest.metadata.end())
-    throw Error(fmt::format("step {} has no attachment '{}' in its manifest", step, name), "checkpoint");
+    throw CheckpointError(fmt::format("step {} has no attachment '{}' in its manifest", step, name), "checkpoint");
   std::string data = impl_->dir.read_small(name, kMaxAttachmentBytes);
   const std::string want = it->second, got = fmt::format("{} {}", data.size(), hex64(XXH3_64bits(data.data(), data.size())));
   if (got != want)
-    throw Error(fmt::format("step {}: attachment '{}' is '{}' (bytes, XXH3), its manifest says '{}'", step, name, got, want),
+    throw CheckpointError(fmt::format("step {}: attachment '{}' is '{}' (bytes, XXH3), its manifest says '{}'", step, name, got, want),
                 "checkpoint");
   return data;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The doctor's JSON reading without a document: nlohmann's SAX parser (iterative, so nesting costs
 // no stack) feeds a handler that keeps only the scalar fields it was asked for, each string cut to
-// a cap, and hands over the objects of one list (the flight recorder's "ops") one at a time. Memory
+// a cap, hands over the objects of one list (the flight recorder's "ops") one at a time, and keeps
+// one list of unsigned numbers (its "failure_ranks") up to a cap. Memory
 // is the kept fields plus the parser's current token, whatever the document holds; time is linear
 // in its bytes. A duplicated key keeps its last value, as a parsed document would.
 #include <array>
@@ -60,6 +61,7 @@ class Fields {
     if (f_[i].kind != Scalar::Kind::string) return std::nullopt;
     return f_[i].s;
   }
+  bool present(std::size_t i) const { return f_[i].kind != Scalar::Kind::absent; }
 
  private:
   std::array<Scalar, kMax> f_;
@@ -82,6 +84,14 @@ class FieldReader {
   std::function<void(const std::optional<Fields>&)> on_item;
   std::function<void()> on_list;
 
+  // A top-level field whose value is a list of unsigned integers, kept up to `max_numbers` (the
+  // rest dropped, `numbers_cut` set). Anything else there (another type, a nested value) leaves
+  // `numbers_ok` false. A later `numbers_key` replaces an earlier one.
+  std::string_view numbers_key;
+  std::size_t max_numbers = 64;
+  std::vector<std::uint64_t> numbers;
+  bool numbers_seen = false, numbers_ok = false, numbers_cut = false;
+
   // Ready for the next document (one reader serves every line of a metrics file).
   void reset() {
     top.clear();
@@ -89,6 +99,8 @@ class FieldReader {
     depth_ = 0;
     key_ = item_key_ = -1;
     in_list_key_ = in_list_ = item_open_ = false;
+    numbers.clear();
+    numbers_seen = numbers_ok = numbers_cut = in_numbers_key_ = in_numbers_ = false;
   }
 
   Fields top;
@@ -113,8 +125,13 @@ class FieldReader {
   bool start_array(std::size_t) { return open(false); }
   bool end_array() { return close(); }
   bool key(std::string& k) {
-    if (depth_ == 1) key_ = find(keys_, k), in_list_key_ = !list_key_.empty() && k == list_key_;
-    else if (depth_ == 3 && in_list_) item_key_ = find(item_keys_, k);
+    if (depth_ == 1) {
+      key_ = find(keys_, k);
+      in_list_key_ = !list_key_.empty() && k == list_key_;
+      in_numbers_key_ = !numbers_key.empty() && k == numbers_key;
+    } else if (depth_ == 3 && in_list_) {
+      item_key_ = find(item_keys_, k);
+    }
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
@@ -129,7 +146,9 @@ class FieldReader {
   // nothing of interest.
   bool scalar(Scalar x) {
     if (depth_ == 0) return true;  // a document that is a bare scalar: top_is_object stays false
-    if (depth_ == 1 && !in_list_key_ && key_ >= 0) top.at(static_cast<std::size_t>(key_)) = std::move(x);
+    if (depth_ == 1 && in_numbers_key_) start_numbers(false);
+    else if (depth_ == 2 && in_numbers_) number(x);
+    else if (depth_ == 1 && !in_list_key_ && key_ >= 0) top.at(static_cast<std::size_t>(key_)) = std::move(x);
     else if (depth_ == 1 && in_list_key_) start_list(false);
     else if (depth_ == 2 && in_list_ && on_item) on_item(std::nullopt);
     else if (depth_ == 3 && in_list_ && item_key_ >= 0) item_.at(static_cast<std::size_t>(item_key_)) = std::move(x);
@@ -140,8 +159,11 @@ class FieldReader {
       top_is_object = object;
       if (!object) return false;  // not an object: nothing to read
     } else if (depth_ == 1) {
-      if (in_list_key_) start_list(!object);
+      if (in_numbers_key_) start_numbers(!object);
+      else if (in_list_key_) start_list(!object);
       else if (key_ >= 0) top.at(static_cast<std::size_t>(key_)) = Scalar::of(Scalar::Kind::other);
+    } else if (depth_ == 2 && in_numbers_) {
+      numbers_ok = false;  // a nested value is no rank
     } else if (depth_ == 2 && in_list_) {
       item_.clear();
       item_key_ = -1;
@@ -156,8 +178,20 @@ class FieldReader {
   bool close() {
     if (depth_ == 3 && in_list_ && item_open_ && on_item) on_item(item_), item_open_ = false;
     if (depth_ == 2 && in_list_) in_list_ = false;
+    if (depth_ == 2 && in_numbers_) in_numbers_ = false;
     if (depth_ > 0) --depth_;
     return true;
+  }
+  void start_numbers(bool array) {
+    numbers.clear();
+    numbers_seen = true;
+    numbers_ok = in_numbers_ = array;
+    numbers_cut = false;
+  }
+  void number(const Scalar& x) {
+    if (x.kind != Scalar::Kind::unsigned_int) numbers_ok = false;
+    else if (numbers.size() < max_numbers) numbers.push_back(x.u);
+    else numbers_cut = true;
   }
   void start_list(bool array) {
     list_is_array = array;
@@ -173,6 +207,7 @@ class FieldReader {
   unsigned depth_ = 0;
   int key_ = -1, item_key_ = -1;
   bool in_list_key_ = false, in_list_ = false, item_open_ = false;
+  bool in_numbers_key_ = false, in_numbers_ = false;
   Fields item_;
 };
 

@@ -18,7 +18,7 @@ namespace {
 constexpr std::size_t kMaxString = 1024;
 
 enum MetricKey : std::size_t { kEvent, kWorld, kWall, kNode, kLocalRank, kRank, kStep, kStepS, kAllreduceS };
-enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode };
+enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode, kFailure, kWaitedS };
 enum OpKey : std::size_t { kSeq, kOp, kBytes, kStartS, kEndS };
 
 std::string cut(std::optional<std::string> s, std::size_t max) {
@@ -93,6 +93,32 @@ struct MetricsState {
     }
   }
 };
+
+// What ended the rank's collective, from the dump's fields; from its reason (legacy_reason.cpp)
+// only in a dump written before the fields existed, which lacks the "failure" key altogether.
+void read_failure(const FieldReader& j, const std::string& name, RankData& rd, Reading& r) {
+  if (!j.top.present(kFailure)) {
+    LegacyFailure legacy = legacy_failure(rd.reason, r.lim.max_rank);
+    rd.failure = std::move(legacy.failure);
+    if (legacy.node_local) r.node_local.insert(rd.rank);
+    return;
+  }
+  const std::optional<std::string> kind_name = j.top.str(kFailure);
+  if (!kind_name) return;  // null: the dump is not about a failed collective
+  const std::optional<FailureKind> kind = parse_failure_kind(*kind_name);
+  if (!kind) {
+    r.note(fmt::format("{}: failure '{}' is not one this doctor knows: not used", name, cut(kind_name, 64)));
+    return;
+  }
+  CollectiveFailure f{*kind, {}, j.top.f64(kWaitedS).value_or(-1)};
+  if (f.waited_s < 0) f.waited_s = -1;
+  if (j.numbers_seen && !j.numbers_ok) r.note(fmt::format("{}: failure_ranks is not a list of ranks: not used", name));
+  if (j.numbers_ok)
+    for (std::uint64_t rank : j.numbers)
+      if (rank < r.lim.max_rank) f.ranks.push_back(static_cast<unsigned>(rank));
+  if (j.numbers_cut) r.note(fmt::format("{}: failure_ranks: only the first {} used", name, j.max_numbers));
+  rd.failure = std::move(f);
+}
 
 OpRecord to_op(const Fields& o, bool& ok) {
   OpRecord op;
@@ -172,8 +198,9 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   }
   // One byte more than the cap: a file that grew past it while being read is caught, not cut.
   ByteSource src(f.fd.get(), 0, r.lim.max_flight_bytes + 1);
-  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node"}, "ops", {"seq", "op", "bytes", "start_s", "end_s"},
-                r.lim.max_depth, kMaxString);
+  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node", "failure", "waited_s"}, "ops",
+                {"seq", "op", "bytes", "start_s", "end_s"}, r.lim.max_depth, kMaxString);
+  j.numbers_key = "failure_ranks";
   std::deque<std::optional<OpRecord>> ops;  // the newest ops_cap elements; nullopt: not a valid op
   j.on_list = [&] { ops.clear(); };
   j.on_item = [&](const std::optional<Fields>& o) {
@@ -210,6 +237,7 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   rd.last_completed = j.top.u64(kLastCompleted).value_or(0);
   rd.in_flight = j.top.u64(kInFlight);
   if (auto n = j.top.str(kFNode)) rd.node = cut(std::move(n), 256);
+  read_failure(j, name, rd, r);
   rd.flight_mtime = static_cast<double>(f.st.st_mtim.tv_sec) + static_cast<double>(f.st.st_mtim.tv_nsec) * 1e-9;
   std::size_t bad = 0;
   for (auto& op : ops) {

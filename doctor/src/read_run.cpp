@@ -145,6 +145,7 @@ RunData read_run(const fs::path& out_dir, const Limits& lim) {
       reading.note(fmt::format("the ranks' start events name different world sizes: {}; using {}", all, best->first));
     }
   }
+  map_node_local(ranks, reading.node_local);
   for (auto& [r, rd] : ranks) {
     if (run.world && r >= *run.world)
       reading.note(fmt::format("rank {} has files but the world size is {}", r, *run.world));

@@ -19,7 +19,8 @@ ShrinkCheck check_shrink(const std::string& ckpt_dir) {
   // without search permission answers EACCES, also behind a symlink) cannot be answered about.
   struct stat st {};
   if (::stat(ckpt_dir.c_str(), &st) != 0) {
-    if (errno != ENOENT) throw Error(fmt::format("cannot look at the checkpoint directory: {}", std::strerror(errno)), ckpt_dir);
+    if (errno != ENOENT)
+      throw CheckpointError(fmt::format("cannot look at the checkpoint directory: {}", std::strerror(errno)), ckpt_dir);
     c.message = "no checkpoint directory: a rerun starts from step 0 at any world size";
     return c;
   }
@@ -28,7 +29,7 @@ ShrinkCheck check_shrink(const std::string& ckpt_dir) {
   for (const auto& r : checkpoint::inspect(ckpt_dir, o)) {  // newest first
     // A newer step this user cannot read may be the one the rerun restores: no answer.
     for (const auto& p : r.problems())
-      if (reports_access_error(p)) throw Error(fmt::format("step {}: {}", r.step, p), ckpt_dir);
+      if (reports_access_error(p)) throw CheckpointError(fmt::format("step {}: {}", r.step, p), ckpt_dir);
     if (!r.intact()) continue;
     c.step = r.step;
     c.world_size = r.world_size;

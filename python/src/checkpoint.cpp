@@ -11,9 +11,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -59,11 +61,10 @@ class PyManager {
       const unsigned rank = world.runtime().rank;
       o.log = [rank](const std::string& line) { std::fprintf(stderr, "trainrt [rank %u] %s\n", rank, line.c_str()); };
     }
-    checkpoint_call([&] {
+    {
       nb::gil_scoped_release release;
       manager_ = std::make_unique<ckpt::Manager>(world.session(), std::move(o));
-      return 0;
-    });
+    }
     install_stop_signals();
   }
 
@@ -98,36 +99,29 @@ class PyManager {
                                    "bfloat16, int32 or int64",
                                    name, v.dtype_name),
                        "checkpoint");
-    checkpoint_call([&] {
-      const auto where = v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host;
-      if (shard) {
-        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, ckpt::Shard{shard->first, shard->second},
-                                  where);
-        arrays_.push_back(std::move(v));
-      } else if (v.dtype) {
-        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated), where);
-        arrays_.push_back(std::move(v));
-      } else {
-        raw_.push_back(Raw{std::move(v), {}});
-        try {
-          manager_->register_blob(name, &raw_.back().blob, sharding(replicated));
-        } catch (...) {
-          raw_.pop_back();
-          throw;
-        }
+    const auto where = v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host;
+    if (shard) {
+      manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, ckpt::Shard{shard->first, shard->second}, where);
+      arrays_.push_back(std::move(v));
+    } else if (v.dtype) {
+      manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated), where);
+      arrays_.push_back(std::move(v));
+    } else {
+      raw_.push_back(Raw{std::move(v), {}});
+      try {
+        manager_->register_blob(name, &raw_.back().blob, sharding(replicated));
+      } catch (...) {
+        raw_.pop_back();
+        throw;
       }
-      return 0;
-    });
+    }
   }
 
   void register_blob(const std::string& name, bool replicated) {
     if (blobs_.count(name)) throw UsageError(fmt::format("'{}' is registered twice", name), "checkpoint");
     auto& b = blobs_[name];
     try {
-      checkpoint_call([&] {
-        manager_->register_blob(name, &b, sharding(replicated));
-        return 0;
-      });
+      manager_->register_blob(name, &b, sharding(replicated));
     } catch (...) {
       blobs_.erase(name);
       throw;
@@ -145,13 +139,23 @@ class PyManager {
   void save(std::uint64_t step, const ckpt::Metadata& metadata) {
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    checkpoint_call([&] {
-      // An earlier save still in flight: its outcome first (an error of it surfaces here).
-      if (pending_) finish_pending();
-      stage_raw();
-      pending_ = manager_->save(step, metadata);
-      return 0;
-    });
+    // An earlier save still in flight: its outcome first (an error of it surfaces here).
+    if (pending_) finish_pending();
+    stage_raw();
+    pending_ = manager_->save(step, metadata);
+  }
+
+  // The last save()'s outcome once it is committed on every rank (None when none is pending),
+  // without waiting for old steps' removal as wait() does: what save() needs of its predecessor.
+  nb::object finish() {
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      if (pending_) r = finish_pending();
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
   }
 
   nb::object wait() {
@@ -159,25 +163,28 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      checkpoint_call([&] {
-        if (pending_) r = finish_pending();
-        manager_->wait_idle();
-        return 0;
-      });
+      if (pending_) r = finish_pending();
+      manager_->wait_idle();
     }
     if (!r) return nb::none();
     return save_result(*r);
   }
 
+  // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
+  // that holds the manager (a wait() in progress) means not yet.
+  bool save_done() {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    return !pending_ || pending_->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
   std::int64_t restore() {
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    return checkpoint_call([&] {
-      if (pending_) finish_pending();
-      std::int64_t step = manager_->restore();
-      if (step >= 0) unstage_raw();
-      return step;
-    });
+    if (pending_) finish_pending();
+    std::int64_t step = manager_->restore();
+    if (step >= 0) unstage_raw();
+    return step;
   }
 
   ckpt::Metadata restored_metadata() const { return manager_->restored_metadata(); }
@@ -285,6 +292,8 @@ void bind_checkpoint(nb::module_& m) {
       .def("get_blob", &PyManager::get_blob)
       .def("save", &PyManager::save, nb::arg("step"), nb::arg("metadata"))
       .def("wait", &PyManager::wait)
+      .def("save_done", &PyManager::save_done)
+      .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)
       .def_prop_ro("restored_metadata", &PyManager::restored_metadata)
       .def_prop_ro("directory", &PyManager::directory)
@@ -301,11 +310,9 @@ void bind_checkpoint(nb::module_& m) {
         std::vector<ckpt::StepReport> steps;
         {
           nb::gil_scoped_release release;
-          steps = checkpoint_call([&] {
-            ckpt::InspectOptions o;
-            o.step = step;
-            return ckpt::inspect(directory, o);
-          });
+          ckpt::InspectOptions o;
+          o.step = step;
+          steps = ckpt::inspect(directory, o);
         }
         nb::list out;
         for (const auto& s : steps) out.append(step_report(s));
@@ -314,7 +321,7 @@ void bind_checkpoint(nb::module_& m) {
       nb::arg("directory"), nb::arg("step").none() = nb::none());
   m.def("latest_step", [](const std::string& directory) {
     nb::gil_scoped_release release;
-    return checkpoint_call([&] { return ckpt::latest_step(directory); });
+    return ckpt::latest_step(directory);
   });
 }
 

@@ -107,7 +107,7 @@ void bind_step_io(nb::module_& m) {
         ckpt::WrittenShard w;
         {
           nb::gil_scoped_release release;
-          w = checkpoint_call([&] { return ckpt::write_shard(directory, step, rank, world_size, list); });
+          w = ckpt::write_shard(directory, step, rank, world_size, list);
         }
         return written(w);
       },
@@ -127,10 +127,7 @@ void bind_step_io(nb::module_& m) {
         for (const auto& [name, data] : attachments) o.attachments.push_back({name, std::string(data.c_str(), data.size())});
         if (verbose) o.log = [](const std::string& line) { std::fprintf(stderr, "trainrt %s\n", line.c_str()); };
         nb::gil_scoped_release release;
-        checkpoint_call([&] {
-          ckpt::commit_step(directory, step, world_size, ws, o);
-          return 0;
-        });
+        ckpt::commit_step(directory, step, world_size, ws, o);
       },
       nb::arg("directory"), nb::arg("step"), nb::arg("world_size"), nb::arg("shards"), nb::arg("metadata"),
       nb::arg("attachments"), nb::arg("keep_last"), nb::arg("verbose") = false, nb::arg("retire") = true);
@@ -158,10 +155,7 @@ void bind_step_io(nb::module_& m) {
           "__init__",
           [](ckpt::StepReader* self, const std::string& directory, std::uint64_t step) {
             nb::gil_scoped_release release;
-            checkpoint_call([&] {
-              new (self) ckpt::StepReader(directory, step);
-              return 0;
-            });
+            new (self) ckpt::StepReader(directory, step);
           },
           nb::arg("directory"), nb::arg("step"))
       .def_prop_ro("step", &ckpt::StepReader::step)
@@ -170,14 +164,14 @@ void bind_step_io(nb::module_& m) {
       .def("check_shards",
            [](ckpt::StepReader& r) {
              nb::gil_scoped_release release;
-             return checkpoint_call([&] { return r.check_shards(); });
+             return r.check_shards();
            })
       .def("entry",
            [](ckpt::StepReader& r, unsigned rank, const std::string& name) {
              ckpt::EntryInfo e;
              {
                nb::gil_scoped_release release;
-               e = checkpoint_call([&] { return r.entry(rank, name); });
+               e = r.entry(rank, name);
              }
              return entry_info(e);
            })
@@ -189,22 +183,16 @@ void bind_step_io(nb::module_& m) {
                                             name),
                                 "checkpoint");
              nb::gil_scoped_release release;
-             checkpoint_call([&] {
-               r.read(rank, name, v.data, v.bytes);
-               return 0;
-             });
+             r.read(rank, name, v.data, v.bytes);
            })
       .def("read_bytes",
            [](ckpt::StepReader& r, unsigned rank, const std::string& name) {
              std::string data;
              {
                nb::gil_scoped_release release;
-               checkpoint_call([&] {
-                 const auto bytes = static_cast<std::size_t>(r.entry(rank, name).bytes);
+               const auto bytes = static_cast<std::size_t>(r.entry(rank, name).bytes);
                  data.resize(bytes);
                  r.read(rank, name, data.data(), bytes);
-                 return 0;
-               });
              }
              return nb::bytes(data.data(), data.size());
            })
@@ -212,7 +200,7 @@ void bind_step_io(nb::module_& m) {
         std::string data;
         {
           nb::gil_scoped_release release;
-          data = checkpoint_call([&] { return r.attachment(name); });
+          data = r.attachment(name);
         }
         return nb::bytes(data.data(), data.size());
       });

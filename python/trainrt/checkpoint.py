@@ -3,9 +3,10 @@ session (docs/checkpoint.md for the format, docs/python.md for this surface).
 
     mgr = trainrt.checkpoint.Manager("/scratch/ckpt", keep_last=2)
     mgr.register_state_dict("model.", model.state_dict(), replicated=True)
-    step = mgr.restore()                 # -1: nothing to resume
+    step = mgr.restore()                 # None: nothing to resume
     ...
-    mgr.save(step)                       # returns once staged; written in the background
+    fut = mgr.save(step)                 # returns once staged; written in the background
+    fut.done(), fut.result()             # committed yet? / wait for it (trainrt.checkpoint.SaveFuture)
     if mgr.stop_requested():             # SIGTERM / SIGUSR1 (Slurm's --signal, scancel)
         mgr.save_and_exit(step)          # commits, exits 75 (requeue)
 
@@ -21,9 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from ._optimizer_state import materialize_optimizer_state as _materialize_optimizer_state
+from ._save_future import SaveFuture, SaveResult
 from ._trainrt import CheckpointError, UsageError
 
-__all__ = ["Manager", "Shard", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+__all__ = ["Manager", "Shard", "SaveFuture", "SaveResult", "VerifyReport", "verify", "stop_requested",
+           "CheckpointError"]
 
 
 def _dims(what: str, value: Any) -> Tuple[int, ...]:
@@ -53,15 +57,6 @@ class Shard:
             raise UsageError(f"checkpoint: Shard global_shape {g} and offsets {o} differ in length")
         object.__setattr__(self, "global_shape", g)
         object.__setattr__(self, "offsets", o)
-
-
-@dataclass(frozen=True)
-class SaveResult:
-    step: int
-    stall_seconds: float      # how long save() blocked the caller (the copy into staging)
-    persist_seconds: float    # write + fsync + agreement + commit, in the background
-    shard_bytes: int
-    already_committed: bool   # the step was committed before: nothing was rewritten
 
 
 @dataclass(frozen=True)
@@ -164,6 +159,7 @@ class Manager:
         # DTensor boxes held by several ranks (Replicate beside Shard): (local tensor, the process
         # groups of its Replicate mesh dimensions), refilled by broadcast after every restore.
         self._replicas: List[Tuple[Any, List[Any]]] = []
+        self._pending: Optional[SaveFuture] = None   # the last save(), until something settles it
 
     @property
     def _native(self) -> "_trainrt.Manager":
@@ -344,29 +340,56 @@ class Manager:
                 raise UsageError(f"checkpoint: metadata '{k}' is a {type(v).__name__}: neither str nor JSON-serialisable")
         return out
 
-    def save(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> None:
-        """Stages every registered tensor and returns; a background thread writes, fsyncs and (once
-        every rank has) commits step `step`. Every rank calls it with the same step. metadata:
-        str values stored as they are, other values as their JSON text (rank 0's are kept).
-        An error of the background write is raised by the next wait(), save() or restore()."""
+    def save(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> SaveFuture:
+        """Stages every registered tensor and returns a SaveFuture; a background thread writes,
+        fsyncs and (once every rank has) commits step `step`. Every rank calls it with the same
+        step. metadata: str values stored as they are, other values as their JSON text (rank 0's
+        are kept). The previous save is settled first: its error is raised here, as by the next
+        wait() or restore()."""
+        step = _step(step)
         md = self._metadata(metadata)
+        self._settle_pending(self._native.finish)
         self._stage_extras()
-        self._native.save(_step(step), md)
+        self._native.save(step, md)
+        native = self._native
+        fut = SaveFuture(step, native.save_done, lambda: self._settle_pending(native.finish, fut))
+        self._pending = fut
+        return fut
 
     def wait(self) -> Optional[SaveResult]:
         """Blocks (GIL released) until the last save() is committed on every rank and old steps
         are removed; its SaveResult, or None when no save was pending. Raises its error."""
-        r = self._native.wait()
-        return None if r is None else SaveResult(**r)
+        return self._settle_pending(self._native.wait)
 
-    def restore(self) -> int:
+    def _settle_pending(self, collect: Callable[[], Any], only: Optional[SaveFuture] = None) -> Optional[SaveResult]:
+        """Runs `collect` (the native call that finishes the pending save) and hands its outcome to
+        the pending SaveFuture. `only`: do nothing unless that future is still the pending one."""
+        fut = self._pending
+        if only is not None and fut is not only:
+            return None
+        self._pending = None
+        try:
+            r = collect()
+        except BaseException as e:
+            if fut is not None:
+                fut._settle(None, e)
+            raise
+        result = None if r is None else SaveResult(**r)
+        if fut is not None:
+            fut._settle(result, None if result is not None else
+                        CheckpointError(f"checkpoint: step {fut.step}: the runtime had no outcome for this save"))
+        return result
+
+    def restore(self) -> Optional[int]:
         """Loads the newest step every rank can verify into the registered tensors (in place) and
-        returns it; -1 when there is none (the tensors untouched)."""
+        returns it; None when there is none (the tensors untouched)."""
+        self._settle_pending(self._native.finish)
         step = self._native.restore()
-        if step >= 0:
-            self._unstage_extras()
-            for local, groups in self._replicas:
-                _dtensor.broadcast_replicas(local, groups)
+        if step < 0:
+            return None
+        self._unstage_extras()
+        for local, groups in self._replicas:
+            _dtensor.broadcast_replicas(local, groups)
         return step
 
     @property
@@ -401,7 +424,7 @@ class Manager:
         """Waits for a save in flight and releases the staging memory and registered tensors."""
         if self._m is not None:
             try:
-                self._m.wait()
+                self._settle_pending(self._m.wait)
             finally:
                 self._m = None
                 self._tensors.clear()
@@ -435,37 +458,6 @@ def _assign(container: Any, key: Any, value: Any) -> None:
     if isinstance(old, tuple) and isinstance(value, list):
         value = tuple(value)  # JSON has no tuples (Adam's betas)
     container[key] = value
-
-
-def _materialize_optimizer_state(torch: Any, optimizer: Any, params: List[Any]) -> None:
-    """Creates a lazily-initialised optimizer's state without changing the parameters or what a
-    fresh run computes next (see Manager.register_optimizer)."""
-    trainable = [p for p in params if p.requires_grad]
-    if any(p.grad is not None for p in trainable):
-        raise UsageError("checkpoint: register_optimizer on an optimizer without state needs parameters without "
-                         "gradients (call optimizer.zero_grad(set_to_none=True) first)")
-    lrs = []
-    for g in optimizer.param_groups:
-        lrs.append(g.get("lr"))
-        if "lr" in g:
-            g["lr"] = 0.0
-    try:
-        for p in trainable:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-    finally:
-        for g, lr in zip(optimizer.param_groups, lrs):
-            if lr is not None:
-                g["lr"] = lr
-        for p in trainable:
-            p.grad = None
-    with torch.no_grad():
-        for st in optimizer.state.values():
-            for k, v in list(st.items()):
-                if isinstance(v, torch.Tensor):
-                    v.zero_()
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                    st[k] = type(v)(0)  # a step counter kept as a number
 
 
 def verify(directory: "str | bytes | os.PathLike", step: Optional[int] = None) -> VerifyReport:

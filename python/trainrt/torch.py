@@ -30,14 +30,21 @@ import torch.distributed as dist
 
 import trainrt
 
-__all__ = ["SessionStore", "StoreError", "init_process_group", "destroy_process_group", "device", "world"]
+__all__ = ["SessionStore", "StoreError", "ArgumentError", "init_process_group", "destroy_process_group", "device",
+           "world"]
 
 _DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's own default for process groups
 _state: dict = {}  # the world and store of the live process group (the server lives in rank 0's)
 
 
-class StoreError(RuntimeError):
-    """The session store could not be created or reached; the message names host:port."""
+class StoreError(trainrt.Error):
+    """The session store could not be created or reached; the message names host:port. A
+    trainrt.Error, so a RuntimeError as before."""
+
+
+class ArgumentError(trainrt.UsageError, TypeError):
+    """A keyword init_process_group takes from the trainrt world instead; a TypeError, as Python's
+    own for a keyword, and a trainrt.UsageError."""
 
 
 def _ipv4_of(ifname: str, var: str = "TRAINRT_IFNAME") -> str:
@@ -155,7 +162,7 @@ def _cuda_index(w) -> int:
         return int(os.environ["TRAINRT_CUDA_DEVICE"])
     count = torch.cuda.device_count()
     if count == 0:
-        raise RuntimeError("trainrt.torch: backend nccl needs a CUDA device and torch sees none")
+        raise trainrt.Error("trainrt.torch: backend nccl needs a CUDA device and torch sees none")
     return w.local_rank % count
 
 
@@ -170,12 +177,12 @@ def init_process_group(backend: str = "gloo", *, world=None, timeout: datetime.t
     keywords go to torch.distributed.init_process_group. MASTER_ADDR/MASTER_PORT are not read.
     """
     if dist.is_initialized():
-        raise RuntimeError("trainrt.torch: the default process group already exists")
+        raise trainrt.UsageError("trainrt.torch: the default process group already exists")
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"trainrt.torch: backend {backend!r}: use 'gloo' or 'nccl'")
+        raise trainrt.UsageError(f"trainrt.torch: backend {backend!r}: use 'gloo' or 'nccl'")
     for k in ("store", "init_method", "rank", "world_size"):
         if k in kw:
-            raise TypeError(f"trainrt.torch.init_process_group: {k}= comes from the trainrt world")
+            raise ArgumentError(f"trainrt.torch.init_process_group: {k}= comes from the trainrt world")
     w = world if world is not None else trainrt.init()
     timeout = timeout or _DEFAULT_TIMEOUT
     for var, value in (("RANK", w.rank), ("WORLD_SIZE", w.world_size),

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -84,10 +85,21 @@ T same(T v) {
   return v;
 }
 
+// Gloo throws one IoException type for a closed connection and for a timeout alike; only its text
+// ("Timed out waiting 3000ms ...", "Read timeout ...") tells them apart, so this is the one place
+// that reads it, turning it into the failure's kind for everyone downstream.
+CollectiveFailure gloo_failure(const gloo::IoException& e, std::chrono::milliseconds timeout) {
+  std::string text = e.what();
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos)
+    return {FailureKind::Timeout, {}, std::chrono::duration<double>(timeout).count()};
+  return {FailureKind::Transport, {}};
+}
+
 class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
-      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()) {
+      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()), timeout_(options.timeout) {
     // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
     // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
     // loopback or a management network.
@@ -116,7 +128,9 @@ class GlooCommunicator final : public HostCommunicator {
     } catch (const Error&) {
       throw;
     } catch (const gloo::IoException& e) {
-      throw PeerError(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
+      throw PeerError(gloo_failure(e, timeout_),
+                      fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()),
+                      "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
     }
@@ -190,7 +204,8 @@ class GlooCommunicator final : public HostCommunicator {
         for (unsigned s = 0; s < size_; ++s)
           for (unsigned d = 0; d < size_; ++d)
             if (all[2 * size_ * s + d] != all[2 * size_ * d + size_ + s])
-              throw UsageError(fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}", s,
+              throw UsageError({FailureKind::Mismatch, {s, d}},
+                               fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}", s,
                                            all[2 * size_ * s + d], d, all[2 * size_ * d + size_ + s]),
                                "gloo");
         std::uint8_t none = 0;  // gloo wants a buffer even for zero bytes
@@ -214,7 +229,7 @@ class GlooCommunicator final : public HostCommunicator {
     } catch (const Error&) {
       throw;
     } catch (const gloo::IoException& e) {
-      throw PeerError(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
+      throw PeerError(gloo_failure(e, timeout_), fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     }
@@ -244,6 +259,7 @@ class GlooCommunicator final : public HostCommunicator {
   }
 
   unsigned rank_, size_;
+  std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::Context> context_;
 };
 

@@ -74,7 +74,7 @@ std::unique_ptr<Communicator> make_host_communicator(bootstrap::Session& session
   if (host == "shm") return make_shm_communicator(session, options);
   if (host == "gloo") return make_gloo_communicator(session, options);
   if (host == "hierarchical") return make_hierarchical_communicator(session, options);
-  throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
+  throw UsageError(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
 }
 
 std::unique_ptr<Runtime> init(const InitOptions& options) {

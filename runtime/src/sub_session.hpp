@@ -39,7 +39,7 @@ class SubSession final : public bootstrap::Session {
     return out;
   }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
-    if (root >= members_.size()) throw Error("broadcast root outside the group", "bootstrap");
+    if (root >= members_.size()) throw UsageError("broadcast root outside the group", "bootstrap");
     const bool i_am_root = index_ == static_cast<int>(root);
     auto all = parent_.allgather(i_am_root ? data : std::span<const std::uint8_t>{});
     return std::move(all[members_[root]]);

@@ -250,7 +250,7 @@ class Trainer {
       engine_.allreduce_gradients();
       rt_.host->allreduce(&local_loss, &loss, 1, DType::F32, ReduceOp::Avg);
     } catch (const Error& e) {
-      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()));
+      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()), e.failure());
       std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank_,
                    static_cast<unsigned long long>(seq), static_cast<unsigned long long>(step), e.what(),
                    rep_.flight_path.c_str());

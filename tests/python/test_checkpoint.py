@@ -31,7 +31,7 @@ def test_numpy_round_trip_bitwise_in_place(tmp_path):
     flags = rng.integers(0, 2, 64).astype(bool)
     saved = [x.copy() for x in (a, b, raw, flags)]
     with checkpoint.Manager(d) as m:
-        assert m.restore() == -1 and m.restored_metadata == {}
+        assert m.restore() is None and m.restored_metadata == {}
         for name, x in zip("abrf", (a, b, raw, flags)):
             m.register(name, x)
         m.save(3, {"loss": "0.25", "epoch": 2, "cfg": {"lr": 0.1}})
@@ -115,7 +115,7 @@ def test_model_and_optimizer_resume_bitwise(tmp_path):
     onames = m.register_optimizer("optim.", opt)
     assert "model.0.weight" in names and "model.1.num_batches_tracked" in names, names
     assert "optim.state.0.exp_avg" in onames and "optim.state.0.step" in onames, onames
-    assert m.restore() == -1
+    assert m.restore() is None
     _train(model, opt, range(2))
     opt.param_groups[0]["lr"] = 2e-2
     _train(model, opt, range(2, 3))
@@ -209,6 +209,11 @@ def test_registration_errors_are_typed(tmp_path):
     m.register("w", np.zeros(8, dtype=np.float32))
     e = expect_raises(trainrt.Error, m.register, "w", np.zeros(8, dtype=np.float32), contains=("'w'", "twice"))
     assert isinstance(e, trainrt.UsageError)  # registering a name twice is a bug in the program
+    # The same misuse is the same exception wherever it is caught: a blob's name twice, a tensor on
+    # a blob's name.
+    m.register_state_dict("s.", {"lr": 0.1})
+    expect_raises(trainrt.UsageError, m.register_state_dict, "s.", {"lr": 0.2}, contains=("'s.@json'", "twice"))
+    expect_raises(trainrt.UsageError, m.register, "s.@json", np.zeros(2, dtype=np.float32), contains=("twice",))
     expect_raises(trainrt.UsageError, m.register, "strided", np.zeros((8, 8), dtype=np.float32)[::2],
                   contains=("'strided'", "not contiguous"))
     expect_raises(trainrt.UsageError, m.register, "list", [1, 2, 3], contains=("'list'",))

@@ -33,7 +33,8 @@ unsigned parse_cpu_number(std::string_view token, std::string_view whole) {
 CpuSet CpuSet::range(unsigned first, unsigned last) {
   CpuSet s;
   if (last < first) return s;
-  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  if (last >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
   s.set_range(first, last);
   return s;
 }
@@ -89,7 +90,8 @@ CpuSet CpuSet::parse_hex_mask(std::string_view text) {
 
 void CpuSet::set_range(unsigned first, unsigned last) {
   if (last < first) return;
-  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  if (last >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
   const std::size_t lo_w = first / 64, hi_w = last / 64;
   if (words_.size() <= hi_w) words_.resize(hi_w + 1, 0);
   for (std::size_t w = lo_w; w <= hi_w; ++w) {
@@ -101,7 +103,8 @@ void CpuSet::set_range(unsigned first, unsigned last) {
 }
 
 void CpuSet::set(unsigned cpu) {
-  if (cpu >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", cpu, kMaxCpu - 1));
+  if (cpu >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", cpu, kMaxCpu - 1));
   std::size_t w = cpu / 64;
   if (words_.size() <= w) words_.resize(w + 1, 0);
   words_[w] |= std::uint64_t{1} << (cpu % 64);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrt/error.hpp"
 #include "trainrt/runtime/stragglers.hpp"
 
 namespace trainrt::doctor {
@@ -54,9 +55,9 @@ struct OpRecord {
 struct RankData {
   unsigned rank = 0;
   std::string node;  // empty when no file names it
-  // Its rank within its node (the start event's "local_rank"): the shared-memory backend names
-  // peers by it ("shm: rank 1: ... waiting for rank(s) 0"), so a world across nodes needs it to
-  // map those names to global ranks. Empty when not written (then: position among the node's ranks).
+  // Its rank within its node (the start event's "local_rank"): dumps older than the failure
+  // fields name the peers of a node's shared-memory group by it ("shm: rank 1: ... waiting for
+  // rank(s) 0"), so reading them across nodes needs it to map those names to global ranks.
   std::optional<unsigned> local_rank;
   // metrics (the last attempt only: everything after the last "start" event)
   bool have_metrics = false;
@@ -70,7 +71,11 @@ struct RankData {
   // flight recorder
   bool have_flight = false;
   bool flight_stale = false;  // older than this rank's last start: from an earlier attempt
-  std::string reason;
+  std::string reason;  // for people: shown, never parsed (but in dumps without `failure`)
+  // What ended its collective (the dump's "failure", "failure_ranks", "waited_s"; ranks are global
+  // ranks below max_rank). Empty when the dump names none. A dump written before these fields
+  // existed has them derived from `reason` once, when it is read (legacy_reason.cpp).
+  std::optional<CollectiveFailure> failure;
   std::uint64_t last_completed = 0;
   std::optional<std::uint64_t> in_flight;
   std::vector<OpRecord> ops;

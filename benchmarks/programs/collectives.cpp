@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "trainrt/kernels/half.hpp"
-#include "../common/typed_buffer.hpp"
+#include "common/typed_buffer.hpp"
 
 namespace trainrt::perf {
 namespace {

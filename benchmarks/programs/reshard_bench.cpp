@@ -1,5 +1,5 @@
 // Resharded restore against a same-layout restore of the same bytes (benchmarks/reshard.sh runs
-// it under mpirun; docs/performance.md). One f32 tensor of `--mib` MiB per saving rank, split by
+// it under mpirun; docs/performance-checkpoints.md). One f32 tensor of `--mib` MiB per saving rank, split by
 // rows of 4 KiB over however many ranks run:
 //   reshard-bench save DIR --mib M          every rank registers its rows and saves step 1
 //   reshard-bench restore DIR [--mib M] [--saved-by N] [--transfer MiB]
