@@ -379,6 +379,11 @@ int train(const Options& o) {
   Ballast ballast(o.ballast_mib, rank, rt->size);
   trainer.ballast = &ballast;
   trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob, ballast, o.seed);
+  // Ranks leave start-up together, through the bootstrap session (its own long timeout): filling
+  // or restoring a GiB of state and mapping the memory tier take each rank a different few seconds,
+  // and a rank still at it is no hung peer for the first step's collectives (--watchdog 2 failed
+  // every start at 1 GiB per rank: "allreduce #3 timed out after 2000 ms").
+  rt->session->barrier();
   times.restore_done = epoch_now();
   starting.reset();
   const auto& restored = ckpt.last_restore();
