@@ -152,6 +152,7 @@ others = len(rec) - (1 if after else 0)
 if not after:
     print(f"{s:6} round {rnd}: no recovery after the kill (finished: {ok}, other recoveries {others})"); sys.exit(0)
 e = after[0]; p = e["phases"]; t = e["times"]
+if e["kind"] == "shrink": equal += " (world size changed: not expected equal)"
 stalls = [l["ckpt_stall_s"] for l in lines if l.get("event") == "step" and l.get("ckpt_stall_s", 0) > 0.001]
 row = {"scenario": s, "round": int(rnd), "killed_after_step": int(killed_after), "restored_step": e["restored_step"],
        "source": e["restore_source"], "moved_copies": e["moved_copies"], "kind": e["kind"], "finished": ok,

@@ -276,7 +276,10 @@ class Trainer {
       // Waiting here for the previous save to persist stalls training too: it counts in the stall,
       // as Manager::save() counts its own wait for a save still in flight.
       const double ts = rep_.trace.now();
-      if (pending_.valid()) persist = finish_pending();
+      if (pending_.valid()) {
+        wait_for_persist(pending_);
+        persist = finish_pending();
+      }
       checkpoint::Metadata meta{{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
                                 {"device", engine_.describe()}};
       pending_ = to_disk ? ckpt_.save(step, std::move(meta)) : ckpt_.snapshot(step, std::move(meta));
@@ -315,9 +318,10 @@ class Trainer {
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
   // ends the run as it always did.
-  // After the last step, waiting for a checkpoint to persist is no hang however long it takes at
-  // this state size (seconds per GiB, more than a tight --watchdog): the progress watchdog hears
-  // from this wait, for at most 10 minutes; a persist stuck longer is the watchdog's again.
+  // Waiting for a checkpoint to persist (a save due while the previous one persists, the last
+  // one after the last step) is no hang however long it takes at this state size (seconds per
+  // GiB, more than a tight --watchdog): the progress watchdog hears from this wait, for at most
+  // 10 minutes; a persist stuck longer is the watchdog's again.
   void wait_for_persist(const std::shared_future<checkpoint::SaveResult>& f) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready && std::chrono::steady_clock::now() < until)
