@@ -134,6 +134,7 @@ run_one() {  # run_one SCENARIO ROUND
   local params
   params=$(final <"$run.out")
   echo "kill_at=$kill_at killed_after=$killed_after tier_bytes=${mem:-0} own_bytes=${own:-0}" >"$run.kill"
+  rm -rf "$run/ckpt"  # gigabytes per run: KEEP=1 keeps outputs and metrics, never the checkpoints
   python3 - "$s" "$round" "$kill_at" "$killed_after" "$run" "${mem:-0}" "${own:-0}" "$params" "$ref" <<'PY'
 import json, sys, glob, statistics
 s, rnd, kill_at, killed_after, run = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
