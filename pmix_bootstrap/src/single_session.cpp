@@ -13,6 +13,7 @@ class SingleSession final : public Session {
   unsigned local_size() const override { return 1; }
   unsigned node_id() const override { return 0; }
   std::vector<unsigned> local_peers() const override { return {0}; }
+  std::vector<std::vector<unsigned>> ranks_by_node() override { return {{0}}; }
   std::string job_id() const override { return "single"; }
   bool is_single_process() const override { return true; }
   std::vector<Blob> allgather(std::span<const std::uint8_t> mine) override { return {Blob(mine.begin(), mine.end())}; }

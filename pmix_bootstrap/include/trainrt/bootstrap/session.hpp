@@ -31,6 +31,9 @@ class Session {
   virtual unsigned local_size() const = 0;
   virtual unsigned node_id() const = 0;
   virtual std::vector<unsigned> local_peers() const = 0;  // ranks on this node, ascending
+  // The ranks of every node of the job (nodes in the launcher's order, ranks ascending), read from
+  // the launcher's job data without any exchange: grouping ranks by node costs no fence.
+  virtual std::vector<std::vector<unsigned>> ranks_by_node() = 0;
   virtual std::string job_id() const = 0;                 // the PMIx namespace, "single" otherwise
   virtual bool is_single_process() const = 0;
 
