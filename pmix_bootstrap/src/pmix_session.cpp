@@ -136,6 +136,30 @@ class PmixSession final : public Session {
     return me_.rank == root ? Blob(data.begin(), data.end()) : get_blob(root, key);
   }
 
+  std::vector<Blob> gather(std::span<const std::uint8_t> mine, unsigned root) override {
+    if (root >= size_) throw Error(fmt::format("gather root {} outside a world of {}", root, size_), "bootstrap");
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    put(key, mine);
+    fence(true, key);
+    std::vector<Blob> out;
+    if (me_.rank != root) return out;
+    out.resize(size_);
+    for (unsigned r = 0; r < size_; ++r) out[r] = get_blob(r, key);
+    return out;
+  }
+
+  std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources) override {
+    check_sources(sources, size_);
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    if (std::binary_search(sources.begin(), sources.end(), me_.rank)) put(key, mine);
+    fence(true, key);
+    std::vector<Blob> out;
+    for (unsigned r : sources) out.push_back(get_blob(r, key));
+    return out;
+  }
+
   void barrier() override {
     std::lock_guard lock(mutex_);
     fence(false, "barrier");

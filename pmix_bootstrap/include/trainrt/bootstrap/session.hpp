@@ -41,6 +41,14 @@ class Session {
   virtual std::vector<Blob> allgather(std::span<const std::uint8_t> mine) = 0;
   // `data` matters on `root` only; every rank returns root's blob.
   virtual Blob broadcast(std::span<const std::uint8_t> data, unsigned root) = 0;
+  // Every rank contributes a blob; `root` returns all of them (indexed by rank), every other rank
+  // an empty vector. Where one rank needs the blobs, cheaper than allgather: with PMIx the others
+  // read nothing (an allgather costs every rank one read per rank: O(N^2) over the world).
+  virtual std::vector<Blob> gather(std::span<const std::uint8_t> mine, unsigned root);
+  // Only the ranks in `sources` (ascending, the same list on every rank) contribute; every rank
+  // returns their blobs in that order. For a few roots' data (NCCL's unique ids): every rank
+  // reads |sources| blobs, not N.
+  virtual std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources);
   virtual void barrier() = 0;
 
   // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under
