@@ -13,7 +13,7 @@ coll=$build/tests/runtime/collectives_mp
 ckpt=$build/tests/checkpoint/ckpt_mp
 ckpt_tool=$build/checkpoint/trainrt-ckpt
 if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
-for f in "$coll" "$ckpt" "$ckpt_tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
+for f in "$coll" "$ckpt" "$ckpt_tool" "$build/tests/bootstrap/session_mp"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
 
 source "$repo/tests/slurm/harness.sh"
 cluster_harness fournodes 8027 8028
@@ -35,6 +35,12 @@ done
 if [[ $rc -eq 0 && $nodes == "$want_nodes" && $ranks_ok == 1 ]]; then
   pass "4 nodes x 2 ranks: ranks in node blocks, trainrt::init() builds shm+gloo across the nodes, every collective verified"
 else fail "4-node start-up and host backend (srun rc=$rc, nodes $nodes)" "$(grep -v '^NODE' <<<"$out" | tail -12)"; fi
+
+# ---------------------------------------------------------------- the bootstrap's collectives and node map
+out=$(crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$build/tests/bootstrap/session_mp" 2>&1); rc=$?
+if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1|2,3|4,5|6,7\]$' <<<"$out") -eq 8 ]]; then
+  pass "across 4 nodes: allgather, gather to every root, gather_from, broadcast; every rank sees nodes [0,1|2,3|4,5|6,7]"
+else fail "4-node bootstrap collectives (srun rc=$rc)" "$(tail -8 <<<"$out")"; fi
 
 # ---------------------------------------------------------------- a checkpoint committed by 8 ranks
 d=$work/ckpt
