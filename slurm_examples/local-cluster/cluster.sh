@@ -278,6 +278,8 @@ SlurmdPort=${TRAINRT_SLURMD_PORT:-6818}
 PlugStackConfig=$dir/plugstack.conf
 ReturnToService=2
 KillWait=3
+# A thousand tasks exiting at once on two cores can take minutes: no drained node for it.
+UnkillableStepTimeout=300
 MinJobAge=2
 InactiveLimit=0
 JobCompType=jobcomp/none
