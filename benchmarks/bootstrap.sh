@@ -8,7 +8,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 reps=${1:-5}
 cluster=$repo/slurm_examples/local-cluster/cluster.sh
-bench=$repo/build/tests/perf/bootstrap_bench
+bench=$repo/build/benchmarks/bootstrap_bench
 export TRAINRT_CLUSTER_DIR=/tmp/trainrt-bench-cluster TRAINRT_SLURMCTLD_PORT=7017 TRAINRT_SLURMD_PORT=7018
 export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
 trap 'bash "$cluster" stop >/dev/null 2>&1' EXIT

@@ -10,10 +10,10 @@
 #
 #   benchmarks/checkpoint_vs_torch.sh --device [DIR=/tmp] [MiB ...=1024 8192]
 #
-# Device mode (issue 13, one GPU): tests/perf/ckpt-device-bench (save() stall vs one cudaMemcpy D2H
+# Device mode (one GPU): benchmarks/ckpt-device-bench (save() stall vs one cudaMemcpy D2H
 # into pinned memory; restore() vs read + cudaMemcpy H2D; bytes checked), then
 # benchmarks/ckpt_torch.py --device cuda (DCP async_save of the same tensors, one-rank gloo group),
-# then the blocking ratios. CKPT_DEVICE_BENCH: the bench binary (default build/tests/perf/...);
+# then the blocking ratios. CKPT_DEVICE_BENCH: the bench binary (default build/benchmarks/...);
 # TORCH_PYTHON: default python3 (CKPT_TORCH_DEVICE=cpu: a logic check of the script without a GPU). Exit 77 when there is no CUDA device, 1 when either side fails.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +23,7 @@ if [ "${1:-}" = --device ]; then
   shift $(($# < 1 ? $# : 1))
   sizes=("$@")
   [ ${#sizes[@]} -gt 0 ] || sizes=(1024 8192)
-  bench=${CKPT_DEVICE_BENCH:-$repo/build/tests/perf/ckpt-device-bench}
+  bench=${CKPT_DEVICE_BENCH:-$repo/build/benchmarks/ckpt-device-bench}
   py=${TORCH_PYTHON:-python3}
   [ -x "$bench" ] || { echo "checkpoint_vs_torch: $bench missing (set CKPT_DEVICE_BENCH)" >&2; exit 2; }
   log=$(mktemp)
@@ -68,7 +68,7 @@ shift $(($# < 2 ? $# : 2))
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(256 1024)
 py=${TORCH_PYTHON:-/var/tmp/torchvenv/bin/python}
-bench=$repo/build/tests/perf/ckpt-bench
+bench=$repo/build/benchmarks/ckpt-bench
 [ -x "$bench" ] || { echo "checkpoint_vs_torch: $bench missing: run scripts/build.sh first" >&2; exit 2; }
 "$py" -c 'import torch.distributed.checkpoint as d; d.async_save' 2>/dev/null ||
   { echo "checkpoint_vs_torch: $py has no torch with DCP async_save (see the header for the venv)" >&2; exit 2; }

@@ -10,7 +10,7 @@ Per size, median of 3 (slowest rank each time):
   dcp.async_save  time until it returns (the stall), and until its future completes (persisted)
 Prints human lines and one "#torch" line per size for the wrapper.
 
-Device mode (issue 13; the peer of tests/perf/ckpt-device-bench, same tensors on the GPU):
+Device mode (the peer of benchmarks/ckpt-device-bench, same tensors on the GPU):
 
     PY benchmarks/ckpt_torch.py --device cuda [--dir DIR] [--tensors 16] [--reps N] [MiB ...=1024 8192]
 

@@ -1,4 +1,4 @@
-"""PyTorch DCP's async_save of device tensors: the peer of tests/perf/ckpt-device-bench (issue 13).
+"""PyTorch DCP's async_save of device tensors: the peer of benchmarks/ckpt-device-bench.
 
     PY benchmarks/ckpt_torch.py --device cuda [--dir DIR] [--tensors 16] [--reps N] [MiB ...=1024 8192]
 

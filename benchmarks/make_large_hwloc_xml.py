@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a large, valid hwloc 2.x XML for the plugin-overhead benchmark (issue 15): a real node's
+"""Writes a large, valid hwloc 2.x XML for the plugin-overhead benchmark: a real node's
 file with its PCI subtrees that hold no GPU and no NIC (storage, USB, BMC video, ...) cloned into new
 PCI domains until the text reaches the target size. GPUs, NICs and rails stay those of the real
 node, so the same steps run on it; only the parse (and a live walk's) work grows, as on big 8-GPU

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of `nccl-bench` (tests/perf/nccl_bench.cpp): torch.distributed over NCCL,
+"""The PyTorch peer of `nccl-bench` (benchmarks/programs/nccl_bench.cpp): torch.distributed over NCCL,
 the same measurements, the same sizes, the same columns; with --runtime-log (nccl-bench's output
 from the same machine) it prints the runtime's time beside each row and the ratio runtime/torch.
 

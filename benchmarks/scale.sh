@@ -44,7 +44,7 @@ done
 ((reps >= 1)) || die "--reps must be at least 1"
 [[ $(id -u) -eq 0 ]] || die "the local cluster needs root"
 build=$(cd "$build" && pwd)
-bench=$build/tests/perf/scale_bench
+bench=$build/benchmarks/scale_bench
 [[ -x $bench ]] || die "$bench is not built (ninja scale_bench link_delay in $build)"
 [[ -z $baseline_lib || -f $baseline_lib/libtrainrt.so.0 ]] || die "--baseline-lib: no libtrainrt.so.0 in $baseline_lib"
 out=${out:-$repo/build/scale-$(date +%Y%m%d-%H%M%S)}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer on the GPU (issue 14): `train-mlp --device cuda` against `--device cpu` on the same
+# The trainer on the GPU: `train-mlp --device cuda` against `--device cpu` on the same
 # machine and against the same training step in PyTorch (benchmarks/train_mlp_torch.py, plain and
 # under DDP with a world of one), at the launch-bound default width and at widths where a GPU
 # matters; plus train-mlp's checkpoint stall per step, read from its metrics. One process, no Slurm.

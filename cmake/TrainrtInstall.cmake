@@ -5,11 +5,31 @@ set(TRAINRT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/trainrt)
 
 install(TARGETS trainrt EXPORT trainrtTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev)
-foreach(dir common/include pmix_bootstrap/include kernels/include checkpoint/include runtime/include)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
-          FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h"
-          # Shared by the topology loaders and the plugin, not part of libtrainrt's exported API.
-          PATTERN "small_file.hpp" EXCLUDE)
+# The front door: the headers a training program includes and the ones they include, nothing else.
+# The rest (the modules' shared helpers, the backends' factories, telemetry the trainer uses) stays
+# in the tree, so a consumer never builds on a symbol that is not part of libtrainrt's API. A new
+# public header goes into this list; tests/install/consumer includes every one of them.
+set(TRAINRT_PUBLIC_HEADERS
+    common/include/trainrt/error.hpp
+    common/include/trainrt/dtype.hpp
+    common/include/trainrt/memory.hpp
+    pmix_bootstrap/include/trainrt/bootstrap/session.hpp
+    kernels/include/trainrt/kernels/cpu.hpp
+    kernels/include/trainrt/kernels/cuda.hpp
+    kernels/include/trainrt/kernels/tensor_list.hpp
+    checkpoint/include/trainrt/checkpoint/manager.hpp
+    checkpoint/include/trainrt/checkpoint/inspect.hpp
+    checkpoint/include/trainrt/checkpoint/stop_signals.hpp
+    runtime/include/trainrt/runtime/init.hpp
+    runtime/include/trainrt/runtime/communicator.hpp
+    runtime/include/trainrt/runtime/nccl_communicator.hpp
+    runtime/include/trainrt/runtime/bucketer.hpp
+    runtime/include/trainrt/runtime/observability.hpp)
+foreach(header ${TRAINRT_PUBLIC_HEADERS})
+  # common/include/trainrt/error.hpp -> include/trainrt/error.hpp
+  string(REGEX REPLACE "^[^/]+/include/" "" relative ${header})
+  get_filename_component(subdir ${relative} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${subdir} COMPONENT dev)
 endforeach()
 install(EXPORT trainrtTargets NAMESPACE trainrt:: DESTINATION ${TRAINRT_CMAKE_DIR} COMPONENT dev)
 

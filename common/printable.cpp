@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace trainrt {
@@ -23,10 +24,12 @@ std::size_t utf8_at(std::string_view s, std::size_t i, std::uint32_t& cp) {
   return n;
 }
 
-// Code points a terminal or an editor acts on instead of showing.
+// Code points a terminal or an editor acts on instead of showing. The bidirectional ones are
+// Unicode's whole Bidi_Control property (PropList.txt): U+061C, U+200E-U+200F, U+202A-U+202E,
+// U+2066-U+2069.
 bool is_format_control(std::uint32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 || cp == 0x200e || cp == 0x200f ||
-         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
+  return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 || cp == 0x061c || cp == 0x200e ||
+         cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff;
 }
 
 }  // namespace
@@ -59,6 +62,37 @@ std::string printable_line(std::string_view s, Backslash backslash) {
     } else {
       hex(i, 1);
       ++i;
+    }
+  }
+  return out;
+}
+
+std::string_view utf8_prefix(std::string_view s, std::size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  std::size_t end = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    std::uint32_t cp = 0;
+    const std::size_t n = std::max<std::size_t>(1, utf8_at(s, i, cp));  // a stray byte is its own unit
+    if (i + n > max_bytes) break;
+    i += n;
+    end = i;
+  }
+  return s.substr(0, end);
+}
+
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    std::uint32_t cp = 0;
+    const std::size_t n = c < 0x80 ? 1 : utf8_at(s, i, cp);
+    if (n == 0) {
+      out += "\xef\xbf\xbd";
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
     }
   }
   return out;

@@ -19,6 +19,8 @@ packages=(
   python3-torch
   # the trainrt Python module: built against Debian's Python, tested in a fresh venv (pip install .)
   python3-dev python3-venv python3-numpy
+  # its tests run under pytest (tests/python; the venv sees Debian's packages)
+  python3-pytest
   # the culprit finder's metrics: the .prom file is parsed with prometheus_client's own parser
   python3-prometheus-client
   # the build (Ninja) and the Debian packages (CPack runs dpkg-shlibdeps from dpkg-dev)

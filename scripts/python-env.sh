@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python environment the trainrt module is built and tested with: a venv on Debian's own
-# python3 (/usr/bin/python3) with --system-site-packages, so Debian's torch and numpy stay
+# python3 (/usr/bin/python3) with --system-site-packages, so Debian's torch, numpy and pytest stay
 # importable, plus the pinned build tools pip brings from PyPI (nanobind, scikit-build-core).
+# Then PyTorch 2.x from PyPI (scripts/python-torch.sh; TRAINRT_NO_TORCH=1 skips it).
 # Idempotent: an existing venv with the pinned versions is left as it is.
 #   TRAINRT_PYENV   where the venv lives (default /opt/train-runtime/pyenv; CMake looks there too)
 #   PYTHON          the base interpreter (default /usr/bin/python3)
@@ -22,8 +23,10 @@ for pin in sys.argv[1:]:
 PY
 }
 
+here=$(dirname "$0")
 if [[ -x $env_dir/bin/python ]] && have_pins; then
   echo "python-env: $env_dir ready (${pins[*]})"
+  TRAINRT_PYENV=$env_dir bash "$here/python-torch.sh"
   exit 0
 fi
 if ! "$base" -c 'import venv, ensurepip' 2>/dev/null; then
@@ -34,3 +37,4 @@ mkdir -p "$(dirname "$env_dir")"
 [[ -x $env_dir/bin/python ]] || "$base" -m venv --system-site-packages "$env_dir"
 "$env_dir/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}"
 echo "python-env: $env_dir ready (${pins[*]})"
+TRAINRT_PYENV=$env_dir bash "$here/python-torch.sh"

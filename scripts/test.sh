@@ -9,4 +9,7 @@ bash scripts/install-deps.sh
 parts=(-DTRAINRT_WITH_SLURM=ON -DTRAINRT_WITH_PMIX=ON -DTRAINRT_WITH_GLOO=ON -DTRAINRT_WITH_CUDA=ON -DTRAINRT_WITH_NCCL=ON -DTRAINRT_WITH_PYTHON=ON)
 bash scripts/build.sh "${parts[@]}"
 cd "${BUILD_DIR:-build}"
+# This is CI's suite: a test whose requirement the install step provides (torch 2.x for the
+# torch2 tests) fails instead of skipping when it finds it missing (tests/python/_mp_driver.py).
+export CI=${CI:-true}
 ctest --output-on-failure --timeout 600 "$@"

@@ -102,7 +102,7 @@ def main(argv):
     ckpt.register_state_dict("model.", model.state_dict(), replicated=True)
     ckpt.register_optimizer("optim.", opt, replicated=True)
     done = ckpt.restore()
-    if done >= 0:
+    if done is not None:
         say(f"restored step {done} (loss then {ckpt.restored_metadata.get('loss', '?')})")
     else:
         done = 0

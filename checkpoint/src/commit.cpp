@@ -11,6 +11,7 @@
 
 #include "fingerprint.hpp"
 #include "layout.hpp"
+#include "commit.hpp"
 #include "manager_impl.hpp"
 #include "trainrt/error.hpp"
 
@@ -32,7 +33,7 @@ bootstrap::Blob to_blob(const json& j) {
 }
 json from_blob(const bootstrap::Blob& b) { return json::parse(std::string(b.begin(), b.end())); }
 
-std::string Manager::Impl::write_refusal() const {
+std::string write_refusal(const Dir& root) {
   const struct stat st = root.stat();
   const uid_t me = ::geteuid();
   if (st.st_uid != me)
@@ -45,6 +46,8 @@ std::string Manager::Impl::write_refusal() const {
                        root.path(), st.st_mode & 07777);
   return {};
 }
+
+std::string Manager::Impl::write_refusal() const { return checkpoint::write_refusal(root); }
 
 bool Manager::Impl::has_manifest(std::uint64_t step) const {
   auto dir = root.sub(step_dir_name(step));
@@ -86,11 +89,10 @@ SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::s
   return r;
 }
 
-// Rank 0, once every rank has synced its shard. Throws only while the step is not committed.
-void Manager::Impl::commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards,
-                           const Metadata& metadata) {
-  // `layout` carries the fingerprints persist() summed; the manifest's tensor table is it.
-  const std::string text = format::manifest_text(step, session.size(), shards, metadata, layout);
+void commit_manifest(const Dir& root, const Dir& dir, std::uint64_t step, const std::string& text, const Log& log) {
+  auto say = [&](const std::string& m) {
+    if (log) log(m);
+  };
   try {
     dir.write_new(kManifestTmp, {{text.data(), text.size()}});
     dir.rename(kManifestTmp, kManifestName);  // the commit point
@@ -106,7 +108,7 @@ void Manager::Impl::commit(std::uint64_t step, const Dir& dir, const std::vector
     root.rename(kLatestTmp, format::kLatestName);
   } catch (const Error& e) {
     root.unlink(kLatestTmp);
-    log(fmt::format("checkpoint: step {} committed, but the latest pointer was not updated: {}", step, e.what()));
+    say(fmt::format("checkpoint: step {} committed, but the latest pointer was not updated: {}", step, e.what()));
   }
   // Durable: the manifest's name in the step directory, the step directory's name (and `latest`)
   // in the checkpoint directory. One fsync each, as many as before the commit point moved here.
@@ -121,10 +123,18 @@ void Manager::Impl::commit(std::uint64_t step, const Dir& dir, const std::vector
         dir.fsync();
       } catch (const Error&) {
       }
-      throw Error(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()), dir.path());
+      throw CheckpointError(fmt::format("the commit could not be made durable ({}), and was taken back", e.bare_what()),
+                            dir.path());
     }
-    log(fmt::format("checkpoint: step {} committed, but syncing it failed: {}", step, e.what()));
+    say(fmt::format("checkpoint: step {} committed, but syncing it failed: {}", step, e.what()));
   }
+}
+
+// Rank 0, once every rank has synced its shard. Throws only while the step is not committed.
+void Manager::Impl::commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards,
+                           const Metadata& metadata) {
+  // `layout` carries the fingerprints persist() summed; the manifest's tensor table is it.
+  commit_manifest(root, dir, step, format::manifest_text(step, session.size(), shards, metadata, layout), opts.log);
 }
 
 // A step that was not committed: this rank's files of it go, and the directory if it is empty.
@@ -140,7 +150,9 @@ void Manager::Impl::discard(std::uint64_t step) {
   root.rmdir(name);  // fails while other ranks' files remain: the last one out removes it
 }
 
-void Manager::Impl::remove_step(const std::string& name, const Dir& dir) {
+namespace {
+
+void remove_step(const Dir& root, const std::string& name, const Dir& dir, const Log& log) {
   // The manifest first: a removal cut short (the process exits) leaves an uncommitted step, which
   // restore skips, never a committed one with shards missing.
   dir.unlink(kManifestName);
@@ -151,15 +163,20 @@ void Manager::Impl::remove_step(const std::string& name, const Dir& dir) {
   // Names are unlinked inside the directory that was opened (a subdirectory planted there is
   // left alone: unlinkat without AT_REMOVEDIR refuses it), so nothing outside is reached.
   for (const auto& n : dir.names()) dir.unlink(n);
-  if (!root.rmdir(name)) log(fmt::format("checkpoint: could not remove {} (something not written by trainrt is in it)", dir.path()));
+  if (!root.rmdir(name) && log) log(fmt::format("checkpoint: could not remove {} (something not written by trainrt is in it)", dir.path()));
 }
 
-// Rank 0, after the commit was announced: deleting old steps is not part of making `step`
-// durable (unlinking a large shard takes tens of ms), so the save's future does not wait for it.
+}  // namespace
+
+// Deleting old steps is not part of making `step` durable (unlinking a large shard takes tens of
+// ms), so a save's future does not wait for it.
 // Only steps with a usable manifest count towards keep_last; older uncommitted or unusable steps
 // are leftovers of failed saves and go. Directories owned by someone else are never touched.
-void Manager::Impl::retire_older_than(std::uint64_t step) {
-  const unsigned keep = std::max(1u, opts.keep_last);
+void retire_older_than(const Dir& root, std::uint64_t step, unsigned keep_last, const Log& log) {
+  auto say = [&](const std::string& m) {
+    if (log) log(m);
+  };
+  const unsigned keep = std::max(1u, keep_last);
   unsigned kept = 0;
   const uid_t me = ::geteuid();
   for (std::uint64_t s : format::list_steps(root)) {
@@ -168,7 +185,7 @@ void Manager::Impl::retire_older_than(std::uint64_t step) {
     auto dir = root.sub(name);
     if (!dir) continue;  // replaced by something else since it was listed: not ours
     if (dir->stat().st_uid != me) {
-      log(fmt::format("checkpoint: left {} alone (owned by uid {})", dir->path(), dir->stat().st_uid));
+      say(fmt::format("checkpoint: left {} alone (owned by uid {})", dir->path(), dir->stat().st_uid));
       continue;
     }
     format::Manifest m;
@@ -177,12 +194,15 @@ void Manager::Impl::retire_older_than(std::uint64_t step) {
       ++kept;
       continue;
     }
-    remove_step(name, *dir);
-    log(fmt::format("checkpoint: removed step {} ({}, keep_last={})", s, usable ? "older than the kept steps" : "never committed",
-                    opts.keep_last));
+    remove_step(root, name, *dir, log);
+    say(fmt::format("checkpoint: removed step {} ({}, keep_last={})", s, usable ? "older than the kept steps" : "never committed",
+                    keep_last));
   }
   root.fsync();
 }
+
+// Rank 0, after the commit was announced.
+void Manager::Impl::retire_older_than(std::uint64_t step) { checkpoint::retire_older_than(root, step, opts.keep_last, opts.log); }
 
 bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step) {
   // Rank 0 learns whether anyone registered something since the layout was last agreed, and tells
@@ -233,12 +253,12 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   json status;
   std::optional<Dir> dir;
   try {
-    if (std::string why = write_refusal(); !why.empty()) throw Error(why, "checkpoint");
+    if (std::string why = write_refusal(); !why.empty()) throw CheckpointError(why, "checkpoint");
     dir = root.sub_or_create(dir_name);
     if (dir->stat().st_uid != ::geteuid())
-      throw Error(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it", dir->path(),
-                              dir->stat().st_uid),
-                  "checkpoint");
+      throw CheckpointError(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it",
+                                        dir->path(), dir->stat().st_uid),
+                            "checkpoint");
     std::string header_xxh3;
     json fingerprints;
     result = write_shard(step, *dir, header_xxh3, fingerprints);
@@ -281,7 +301,8 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     json decided = from_blob(session.broadcast(to_blob(commit_status), 0));
     if (!decided.at("ok").get<bool>()) {
       discard(step);  // the step never had a manifest: leave nothing of it behind
-      throw Error(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()), "checkpoint");
+      throw CheckpointError(fmt::format("step {} not committed: {}", step, decided.at("error").get<std::string>()),
+                            "checkpoint");
     }
     result.step = step;
     result.stall_seconds = stall;

@@ -68,7 +68,7 @@ struct Temporary {
 std::uint64_t export_tensor(const std::string& directory, const std::string& name, std::optional<std::uint64_t> step,
                             const std::string& output, const std::function<void(const std::string&)>& progress) {
   struct stat st {};
-  if (::lstat(output.c_str(), &st) == 0) throw Error("exists; remove it or name another file", output);
+  if (::lstat(output.c_str(), &st) == 0) throw UsageError("exists; remove it or name another file", output);
   const Dir root = Dir::open(directory);
   format::Manifest manifest;
   std::optional<Dir> dir;
@@ -82,7 +82,10 @@ std::uint64_t export_tensor(const std::string& directory, const std::string& nam
     dir.reset();
     if (step) break;
   }
-  if (!dir) throw Error(step ? last_problem : fmt::format("no committed step holds a sharded tensor '{}' ({})", name, last_problem), directory);
+  if (!dir)
+    throw CheckpointError(
+        step ? last_problem : fmt::format("no committed step holds a sharded tensor '{}' ({})", name, last_problem),
+        directory);
   const format::TensorRecord& t = *manifest.tensor(name);
   const std::size_t es = size_of(parse_dtype(t.dtype));
   const std::string header = npy_header(t);
@@ -98,9 +101,11 @@ std::uint64_t export_tensor(const std::string& directory, const std::string& nam
     if (*geometry::volume(c.shape) == 0) continue;
     format::ShardReader reader;
     if (std::string why = reader.open(*dir, manifest, *manifest.shard_of(c.rank)); !why.empty())
-      throw Error(why, fmt::format("step {}", manifest.step));
+      throw CheckpointError(why, fmt::format("step {}", manifest.step));
     const format::ShardEntry* e = reader.find(name);
-    if (!e || !e->sharded) throw Error(fmt::format("{} lacks its chunk of '{}'", reader.name(), name), fmt::format("step {}", manifest.step));
+    if (!e || !e->sharded)
+      throw CheckpointError(fmt::format("{} lacks its chunk of '{}'", reader.name(), name),
+                            fmt::format("step {}", manifest.step));
     const layout::ChunkBytes map(*e->sharded, e->shape, es);
     std::string why = reader.read_verified(*e, piece.get(), true, [&](std::uint64_t at, const std::uint8_t* p, std::size_t n) {
       map.map(at, p, n, [&](std::uint64_t global, const std::uint8_t* q, std::size_t m) {
@@ -108,14 +113,15 @@ std::uint64_t export_tensor(const std::string& directory, const std::string& nam
         sum = fingerprint::add(sum, fingerprint::run(powers, q, m, global));
       });
     });
-    if (!why.empty()) throw Error(why, fmt::format("step {}", manifest.step));
+    if (!why.empty()) throw CheckpointError(why, fmt::format("step {}", manifest.step));
     if (progress) progress(fmt::format("step {}: {} chunk at {} of {} read and checked", manifest.step, reader.name(),
                                        geometry::to_string(c.offsets), geometry::to_string(t.global_shape)));
   }
   if (layout::hex(sum) != t.fingerprint)
-    throw Error(fmt::format("tensor '{}': the chunks do not match its fingerprint (saved {}, read {}); nothing written", name,
-                            t.fingerprint, layout::hex(sum)),
-                fmt::format("step {}", manifest.step));
+    throw CheckpointError(fmt::format("tensor '{}': the chunks do not match its fingerprint (saved {}, read {}); "
+                                      "nothing written",
+                                      name, t.fingerprint, layout::hex(sum)),
+                          fmt::format("step {}", manifest.step));
   if (::fsync(tmp.fd.get()) != 0) throw Error(fmt::format("fsync failed: {}", std::strerror(errno)), tmp.path);
   // link() never replaces: a file that appeared at `output` meanwhile is left alone.
   if (::link(tmp.path.c_str(), output.c_str()) != 0)

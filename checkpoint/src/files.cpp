@@ -7,16 +7,18 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::checkpoint {
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path, int err) {
-  throw Error(fmt::format("{}: {}", what, describe_open_error(err)), path);
+  throw CheckpointError(fmt::format("{}: {}", what, describe_open_error(err)), path);
 }
 
 #if defined(TRAINRT_TEST_HOOKS)
@@ -30,7 +32,7 @@ bool injected_failure(std::size_t about_to_write) {
     const char* me = std::getenv("PMIX_RANK");
     if (!v) return -1LL;
     if (r && std::string(r) != (me ? me : "0")) return -1LL;
-    return std::atoll(v);
+    return trainrt::parse_number<long long>(v, "a byte count", 0, LLONG_MAX, "TRAINRT_CKPT_FAIL_WRITE_AFTER");
   }();
   static long long written = 0;
   if (limit < 0) return false;
@@ -103,13 +105,13 @@ std::string describe_open_error(int err) {
 
 Dir Dir::open(const std::string& given) {
   const std::string path = strip_trailing_slashes(given);
-  if (path.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  if (path.empty()) throw UsageError("no checkpoint directory given", "checkpoint");
   Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) {
     const int err = errno;
     struct stat st {};
     if ((err == ELOOP || err == ENOTDIR) && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-      throw Error("is a symbolic link: give the directory itself (checkpoints never follow a symlink)", path);
+      throw CheckpointError("is a symbolic link: give the directory itself (checkpoints never follow a symlink)", path);
     fail("cannot read checkpoint directory", path, err);
   }
   return Dir(std::move(fd), path);
@@ -117,7 +119,7 @@ Dir Dir::open(const std::string& given) {
 
 Dir Dir::open_or_create(const std::string& given) {
   const std::string path = strip_trailing_slashes(given);
-  if (path.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  if (path.empty()) throw UsageError("no checkpoint directory given", "checkpoint");
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     const int err = errno;
     struct stat st {};
@@ -153,7 +155,7 @@ Dir Dir::sub_or_create(const std::string& name) const {
   if (::mkdirat(fd_.get(), name.c_str(), 0755) != 0 && errno != EEXIST) fail("cannot create directory", path_of(name), errno);
   std::string why;
   auto d = sub(name, &why);
-  if (!d) throw Error(fmt::format("cannot open directory: {}", why), path_);
+  if (!d) throw CheckpointError(fmt::format("cannot open directory: {}", why), path_);
   return std::move(*d);
 }
 
@@ -214,14 +216,15 @@ std::string Dir::read_small(const std::string& name, std::size_t cap) const {
   struct stat st {};
   std::string why;
   Fd fd = open_regular(name, st, why);
-  if (!fd) throw Error(why, path_);
+  if (!fd) throw CheckpointError(why, path_);
   if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > cap)
-    throw Error(fmt::format("{} is {} bytes, more than the {}-byte limit", name, st.st_size, cap), path_);
+    throw CheckpointError(fmt::format("{} is {} bytes, more than the {}-byte limit", name, st.st_size, cap), path_);
   std::string out(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t got = 0;
   for (;;) {
     if (got == out.size()) {
-      if (out.size() > cap) throw Error(fmt::format("{} grew past the {}-byte limit while it was read", name, cap), path_);
+      if (out.size() > cap)
+        throw CheckpointError(fmt::format("{} grew past the {}-byte limit while it was read", name, cap), path_);
       out.resize(std::min(cap + 1, out.size() + 4096));  // it may have grown since fstat
     }
     ssize_t r = ::read(fd.get(), out.data() + got, out.size() - got);

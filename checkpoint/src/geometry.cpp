@@ -149,41 +149,11 @@ void for_each_overlap(const std::vector<Box>& a, const std::vector<Box>& b,
 
 void for_each_run(const Box& part, const std::vector<const Box*>& layouts,
                   const std::function<void(const std::vector<std::uint64_t>&, std::uint64_t)>& f) {
-  const std::size_t n = part.shape.size();
-  if (empty(part)) return;
-  // Dimensions [m, n) form one run when every dimension inside m is whole in every layout.
-  std::size_t m = n == 0 ? 0 : n - 1;
-  auto whole_in_all = [&](std::size_t d) {
-    return std::all_of(layouts.begin(), layouts.end(), [&](const Box* l) { return l->shape[d] == part.shape[d]; });
-  };
-  while (m > 0 && whole_in_all(m)) --m;
-  std::uint64_t length = 1;
-  for (std::size_t d = m; d < n; ++d) length *= static_cast<std::uint64_t>(part.shape[d]);
-  std::vector<std::vector<std::uint64_t>> strides(layouts.size(), std::vector<std::uint64_t>(n, 1));
-  std::vector<std::uint64_t> base(layouts.size(), 0);
-  for (std::size_t l = 0; l < layouts.size(); ++l) {
-    for (std::size_t d = n; d-- > 1;) strides[l][d - 1] = strides[l][d] * static_cast<std::uint64_t>(layouts[l]->shape[d]);
-    for (std::size_t d = 0; d < n; ++d)
-      base[l] += static_cast<std::uint64_t>(part.offsets[d] - layouts[l]->offsets[d]) * strides[l][d];
-  }
-  // An odometer over the dimensions outside the run.
-  std::vector<std::int64_t> index(m, 0);
-  std::vector<std::uint64_t> starts = base;
-  while (true) {
-    f(starts, length);
-    std::size_t d = m;
-    while (d > 0) {
-      --d;
-      if (++index[d] < part.shape[d]) {
-        for (std::size_t l = 0; l < layouts.size(); ++l) starts[l] += strides[l][d];
-        break;
-      }
-      for (std::size_t l = 0; l < layouts.size(); ++l)
-        starts[l] -= static_cast<std::uint64_t>(part.shape[d] - 1) * strides[l][d];
-      index[d] = 0;
-      if (d == 0) return;
-    }
-    if (m == 0) return;
+  const RunIndex runs(part, layouts);
+  std::vector<std::uint64_t> starts;
+  for (std::uint64_t k = 0; k < runs.count(); ++k) {
+    runs.starts(k, starts);
+    f(starts, runs.length());
   }
 }
 

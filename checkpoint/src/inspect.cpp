@@ -93,7 +93,7 @@ std::vector<StepReport> inspect(const std::string& directory, const InspectOptio
       s.problem = reader.open(*dir, manifest, record);
       bool bad = !s.problem.empty();
       for (const auto& e : reader.entries()) {
-        EntryReport er{e.name, e.kind, e.dtype, e.shape, e.bytes, e.replicated, {}};
+        EntryReport er{e.name, e.kind, e.dtype, e.shape, e.bytes, e.replicated, e.sharded.has_value(), {}};
         if (s.problem.empty() && options.check_data) {
           if (!piece) piece = std::make_unique<std::uint8_t[]>(format::ShardReader::kPiece);
           if (e.sharded) {  // its share of the tensor's fingerprint, from the same reads

@@ -8,6 +8,7 @@
 #include "geometry.hpp"
 #include "json_fields.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 
 namespace trainrt::checkpoint::layout {
 
@@ -91,6 +92,8 @@ void ChunkBytes::map(std::uint64_t local, const std::uint8_t* data, std::size_t 
 }
 
 std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
-std::uint64_t parse_hex(const std::string& s) { return std::stoull(s, nullptr, 16); }
+std::uint64_t parse_hex(const std::string& s) {
+  return parse_number<std::uint64_t>(s, "a fingerprint", 0, fingerprint::kPrime - 1, "checkpoint", 16);
+}
 
 }  // namespace trainrt::checkpoint::layout

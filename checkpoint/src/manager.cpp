@@ -27,7 +27,7 @@ void check_name(const std::string& name, const std::vector<Entry>& entries) {
 
 Manager::Manager(bootstrap::Session& session, Options options)
     : impl_(std::make_unique<Impl>(session, std::move(options))) {
-  if (impl_->opts.directory.empty()) throw Error("no checkpoint directory given", "checkpoint");
+  if (impl_->opts.directory.empty()) throw UsageError("no checkpoint directory given", "checkpoint");
   // Opened once, without following a symlink; every later access goes through this descriptor.
   impl_->root = Dir::open_or_create(impl_->opts.directory);
   if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"))
@@ -107,12 +107,14 @@ void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* 
 std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metadata) {
   const auto t0 = Clock::now();
   // Refused here, before anything is staged: what readers would refuse must not be written.
-  if (step > format::kMaxStep) throw Error(fmt::format("step {} is above the largest step {}", step, format::kMaxStep), "checkpoint");
-  if (std::string why = format::check_metadata(metadata); !why.empty()) throw Error(why, "checkpoint");
+  if (step > format::kMaxStep)
+    throw UsageError(fmt::format("step {} is above the largest step {}", step, format::kMaxStep), "checkpoint");
+  if (std::string why = format::check_metadata(metadata); !why.empty()) throw UsageError(why, "checkpoint");
   for (const auto& e : impl_->entries)
     if (e.blob && e.blob->size() > format::kMaxBlobBytes)
-      throw Error(fmt::format("blob '{}' is {} bytes, more than the {}-byte limit", e.name, e.blob->size(), format::kMaxBlobBytes),
-                  "checkpoint");
+      throw UsageError(fmt::format("blob '{}' is {} bytes, more than the {}-byte limit", e.name, e.blob->size(),
+                                   format::kMaxBlobBytes),
+                       "checkpoint");
   impl_->join();  // one save in flight at a time; waiting for it counts as stall
   // The stall: copy registered state into the reused staging buffers.
   impl_->blob_staging.clear();

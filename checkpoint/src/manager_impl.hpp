@@ -113,7 +113,6 @@ struct Manager::Impl {
   void commit(std::uint64_t step, const Dir& dir, const std::vector<format::ShardRecord>& shards, const Metadata& metadata);
   void discard(std::uint64_t step);
   void retire_older_than(std::uint64_t step);
-  void remove_step(const std::string& name, const Dir& dir);
 
   // ---------------------------------------------------------------- restore.cpp
   // One step as this rank will read it: checked (manifest, sizes, header, entry table) before any

@@ -180,6 +180,13 @@ std::string Reshard::run(Communicator& comm, const std::function<std::byte*(std:
             why.empty())
           why = fmt::format("{}: short read in tensor '{}'", reader.name(), t.name);
         bytes_read_ += n;
+        // The next segment this rank reads starts coming from the disk while this one travels.
+        if (round + 1 < queue_[rank_].size()) {
+          const Segment& next = queue_[rank_][round + 1];
+          const Tensor& nt = tensors_[next.tensor];
+          const Chunk& nc = nt.chunks[next.chunk];
+          if (nc.entry) readers_[nc.saved_rank]->prefetch(*nc.entry, next.first * nt.element_bytes, bytes_of(next.box, nt.element_bytes));
+        }
         if (s.last_of_chunk && fmt::format("{:016x}", XXH3_64bits_digest(hash.get())) != c.entry->checksum && why.empty())
           why = fmt::format("entry '{}' in {} fails its checksum", t.name, reader.name());
       }

@@ -232,10 +232,11 @@ std::int64_t Manager::Impl::restore() {
     return static_cast<std::int64_t>(step);
   }
   if (!overwritten_by.empty())
-    throw Error(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize them "
-                            "again before training from scratch (Options::verify_before_load keeps them untouched)",
-                            overwritten_by),
-                "checkpoint restore");
+    throw CheckpointError(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize "
+                                      "them again before training from scratch (Options::verify_before_load keeps them "
+                                      "untouched)",
+                                      overwritten_by),
+                          "checkpoint restore");
   log("checkpoint: no usable checkpoint; starting fresh");
   return -1;
 }

@@ -54,7 +54,7 @@ void ShardWriter::add(const std::string& name, bool blob, DType dtype, const std
 void ShardWriter::place(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape,
                         bool replicated, std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded) {
   if (offset > region_bytes_ || bytes > region_bytes_ - offset)
-    throw Error(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
+    throw UsageError(fmt::format("entry '{}' lies outside the staged region", name), "checkpoint");
   add(name, blob, dtype, shape, replicated, static_cast<const std::byte*>(region_) + offset, offset, bytes, sharded);
 }
 
@@ -82,10 +82,10 @@ const std::vector<Piece>& ShardWriter::finish() {
   json header = {{"format", kVersion}, {"step", step_}, {"rank", rank_}, {"world_size", world_size_}, {"entries", list}};
   const std::string text = detail::dump_safe(header);
   if (text.size() > kMaxHeaderBytes)
-    throw Error(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too many "
-                            "registered entries or too long names)",
-                            text.size(), kMaxHeaderBytes),
-                "checkpoint");
+    throw UsageError(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too "
+                                 "many registered entries or too long names)",
+                                 text.size(), kMaxHeaderBytes),
+                     "checkpoint");
   head_.assign(static_cast<std::size_t>(align_up(16 + text.size(), kDataAlign)), 0);
   std::memcpy(head_.data(), kMagic, 8);
   const std::uint32_t version = kVersion, len = static_cast<std::uint32_t>(text.size());
@@ -228,6 +228,12 @@ bool ShardReader::read_piece(const ShardEntry& entry, std::uint64_t offset, std:
   if (offset > entry.bytes || bytes > entry.bytes - offset || !read_at(dst, bytes, entry.offset + offset)) return false;
   XXH3_64bits_update(state, dst, bytes);
   return true;
+}
+
+void ShardReader::prefetch(const ShardEntry& entry, std::uint64_t offset, std::size_t bytes) const {
+  if (offset > entry.bytes) return;
+  ::posix_fadvise(fd_.get(), static_cast<off_t>(entry.offset + offset),
+                  static_cast<off_t>(std::min<std::uint64_t>(bytes, entry.bytes - offset)), POSIX_FADV_WILLNEED);
 }
 
 const ShardEntry* ShardReader::find(const std::string& entry_name) const {

@@ -184,6 +184,9 @@ class ShardReader {
   // short read.
   bool read_piece(const ShardEntry& entry, std::uint64_t offset, std::uint8_t* dst, std::size_t bytes,
                   XXH3_state_t* state) const;
+  // Asks the kernel to start reading `bytes` at `offset` inside the entry now (readahead), so the
+  // next read_piece overlaps what the caller does meanwhile.
+  void prefetch(const ShardEntry& entry, std::uint64_t offset, std::size_t bytes) const;
 
   static constexpr std::size_t kPiece = std::size_t{1} << 20;
 

@@ -5,7 +5,8 @@
 //   trainrt-ckpt export DIR --tensor NAME [--step N] -o FILE.npy
 //                                          one sharded tensor as a NumPy array, verified
 // Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input
-// (and any error at all: every exception ends in one line on stderr and exit 2).
+// (and any error at all: every exception ends in one line on stderr and exit 2; so does a step the
+// answer depends on that this user may not read: a permission error is never "absent").
 // Whatever came from a file is escaped before it is printed: in text, control bytes, invalid UTF-8
 // and Unicode controls become \xNN (a metadata value cannot print a line of its own); in JSON,
 // invalid UTF-8 becomes U+FFFD.
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "trainrt/access_error.hpp"
 #include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/printable.hpp"
@@ -29,6 +31,17 @@ constexpr int kDamaged = 1, kBadInput = 2;
 
 // Printable text for one value read from a file (a backslash doubled): trainrt/printable.hpp.
 std::string printable(std::string_view s) { return trainrt::printable_line(s, trainrt::Backslash::doubled); }
+
+// A step this user was refused (or whose disk failed) is neither absent nor damaged: the answer
+// cannot be given, so it is an error (exit 2) naming it. list asks about every step; verify about
+// the newest committed one, so a refusal there or in a newer step counts, an older one does not.
+void refuse_unreadable(const std::vector<StepReport>& reports, bool verify, const std::string& dir) {
+  for (const auto& r : reports) {  // newest first
+    for (const auto& p : r.problems())
+      if (trainrt::reports_access_error(p)) throw trainrt::Error(fmt::format("cannot tell: step {}: {}", r.step, p), dir);
+    if (verify && r.committed) return;
+  }
+}
 
 std::string human_bytes(std::uint64_t b) {
   if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));
@@ -127,7 +140,14 @@ int main(int argc, char** argv) {
     options.check_data = verify->parsed();
     options.step = step;
     if (!as_json) options.progress = [](const std::string& m) { fmt::print(stderr, "trainrt-ckpt: {}\n", printable(m)); };
+    if (options.check_data) {  // headers first: a refused step ends it before any progress line
+      InspectOptions headers = options;
+      headers.check_data = false;
+      headers.progress = nullptr;
+      refuse_unreadable(inspect(dir, headers), true, dir);
+    }
     const auto reports = inspect(dir, options);
+    refuse_unreadable(reports, verify->parsed(), dir);
     const auto latest = latest_step(dir);
     if (step && reports.empty()) {
       fmt::print(stderr, "trainrt-ckpt: {} has no step {}\n", printable(dir), *step);

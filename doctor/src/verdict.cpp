@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -16,107 +15,16 @@ namespace {
 
 const std::string kUnknown = "unknown node";
 
-// Digits at s[pos...]: the number, and pos moved past them. Bounded to 9 digits.
-std::optional<std::uint64_t> number_at(const std::string& s, std::size_t& pos) {
-  std::size_t end = pos;
-  while (end < s.size() && end - pos < 9 && s[end] >= '0' && s[end] <= '9') ++end;
-  if (end == pos) return std::nullopt;
-  std::uint64_t v = 0;
-  std::from_chars(s.data() + pos, s.data() + end, v);
-  pos = end;
-  return v;
+// A waiter's failure names the ranks that never arrived: those it timed out waiting for, those
+// that died, or (an abort) the rank that failed first, which may itself have been a waiter. A
+// transport failure or a mismatch names no culprit.
+bool names_culprits(const CollectiveFailure& f) {
+  return f.kind == FailureKind::Timeout || f.kind == FailureKind::DeadPeer || f.kind == FailureKind::Aborted;
 }
 
-std::optional<double> decimal_after(const std::string& s, const std::string& key) {
-  const auto at = s.find(key);
-  if (at == std::string::npos) return std::nullopt;
-  const char* b = s.data() + at + key.size();
-  double v = 0;
-  auto [p, ec] = std::from_chars(b, s.data() + s.size(), v);
-  if (ec != std::errc() || !std::isfinite(v) || v < 0) return std::nullopt;
-  return v;
-}
-
-// A rank a collective's error message names as absent; `abort` when the message only says that
-// rank failed first ("aborted because rank 2 failed"): it may itself have been a waiter.
-struct Named {
-  unsigned rank;
-  bool abort;
-};
-
-// The ranks an error message names. The host backends say "waiting for rank(s) 1,3", "rank 2 (pid
-// 77) died", "aborted because rank 2 failed" (shm_communicator.cpp).
-std::vector<Named> ranks_named(const std::string& reason, unsigned max_rank) {
-  std::vector<Named> out;
-  auto keep = [&](std::optional<std::uint64_t> r, bool abort) {
-    if (r && *r < max_rank && out.size() < 64) out.push_back({static_cast<unsigned>(*r), abort});
-  };
-  if (auto at = reason.find("waiting for rank(s) "); at != std::string::npos) {
-    std::size_t pos = at + 20;
-    while (out.size() < 64) {
-      keep(number_at(reason, pos), false);
-      while (pos < reason.size() && reason[pos] == ' ') ++pos;
-      if (pos < reason.size() && reason[pos] == ',') {
-        ++pos;
-        while (pos < reason.size() && reason[pos] == ' ') ++pos;
-        continue;
-      }
-      break;
-    }
-  }
-  if (auto at = reason.find("because rank "); at != std::string::npos) {
-    std::size_t pos = at + 13;
-    keep(number_at(reason, pos), true);
-  }
-  for (std::size_t at = reason.find(" died"); at != std::string::npos && at > 0; at = reason.find(" died", at + 1)) {
-    // "... rank 2 (pid 77) died": the last "rank " before " died".
-    const auto r = reason.rfind("rank ", at);
-    if (r == std::string::npos) break;
-    std::size_t pos = r + 5;
-    keep(number_at(reason, pos), false);
-  }
-  return out;
-}
-
-// In a world across nodes the host communicator is shared memory inside each node and Gloo
-// between the nodes' leaders, and a "shm:" message numbers the peers of the reporter's own node
-// ("shm: rank 1: ... waiting for rank(s) 0" from global rank 3 means global rank 2). The start
-// events' node and local_rank give the mapping; without them names are taken as global ranks
-// (one node: the same numbers).
-class NodeRanks {
- public:
-  explicit NodeRanks(const RunData& run) {
-    for (const auto& rd : run.ranks) {
-      if (rd.node.empty() || !rd.local_rank) continue;
-      auto [it, fresh] = by_node_[rd.node].try_emplace(*rd.local_rank, rd.rank);
-      if (!fresh && it->second != rd.rank) conflicting_.insert(rd.node);  // two ranks claim one slot
-    }
-  }
-  // The global rank `reporter`'s message means by `named`; empty when that cannot be told.
-  std::optional<unsigned> global(const RankData& reporter, unsigned named) const {
-    if (reporter.reason.find("shm: rank ") == std::string::npos || reporter.node.empty() || !reporter.local_rank ||
-        conflicting_.count(reporter.node))
-      return named;
-    const auto& slots = by_node_.at(reporter.node);
-    // The first node (or the only one): local and global numbers agree, also for a rank that left
-    // no file.
-    if (std::all_of(slots.begin(), slots.end(), [](const auto& kv) { return kv.first == kv.second; })) return named;
-    const auto it = slots.find(named);
-    if (it == slots.end()) return std::nullopt;  // a local rank that left no file: cannot be told
-    return it->second;
-  }
-
- private:
-  std::map<std::string, std::map<unsigned, unsigned>> by_node_;  // node -> local rank -> rank
-  std::set<std::string> conflicting_;
-};
-
-// How long a rank waited, from its own report: "timed out after N ms", "in flight for X s", or
-// NCCL's "did not complete within N ms"; else the flight file's time minus its last step's.
+// How long a rank waited: its failure says, else the flight file's time minus its last step's.
 double waited_seconds(const RankData& rd) {
-  if (auto ms = decimal_after(rd.reason, "timed out after ")) return *ms / 1000;
-  if (auto s = decimal_after(rd.reason, "in flight for ")) return *s;
-  if (auto ms = decimal_after(rd.reason, "did not complete within ")) return *ms / 1000;
+  if (rd.failure && rd.failure->waited_s >= 0) return rd.failure->waited_s;
   // An estimate only where both clocks look like one run's (within a day of each other).
   if (rd.flight_mtime && rd.last_wall && *rd.flight_mtime >= *rd.last_wall && *rd.flight_mtime - *rd.last_wall < 86400)
     return *rd.flight_mtime - *rd.last_wall;
@@ -168,6 +76,27 @@ bool find_mismatch(const RunData& run, Verdict& v) {
   return true;
 }
 
+// A backend that compared the ranks' calls and found them different says so in its failure: a
+// mismatch even where the recorded ops agree (a trainer may record one op for several calls).
+bool find_reported_mismatch(const RunData& run, Verdict& v) {
+  std::size_t reports = 0;
+  for (const auto& rd : run.ranks) {
+    if (!usable_flight(rd) || !rd.failure || rd.failure->kind != FailureKind::Mismatch) continue;
+    if (++reports > 16) continue;
+    v.mismatches.push_back(fmt::format("rank {}: its call differs from rank(s) {}", rd.rank,
+                                       fmt::join(rd.failure->ranks, ",")));
+    for (const auto& op : rd.ops)
+      if (rd.in_flight && op.seq == *rd.in_flight && !v.collective) v.collective = op;
+  }
+  if (reports == 0) return false;
+  if (reports > 16) v.mismatches.push_back(fmt::format("... {} ranks reported it in all", reports));
+  v.kind = Kind::Mismatch;
+  v.summary = fmt::format("mismatched collectives{}: the ranks called different operations ({} rank(s) found it): a "
+                          "program bug, not a node fault",
+                          v.collective ? fmt::format(" at #{}", v.collective->seq) : std::string(), reports);
+  return true;
+}
+
 std::string rank_list(const std::vector<RankNode>& v) {
   std::string s;
   for (std::size_t i = 0; i < v.size() && i < 8; ++i)
@@ -196,9 +125,8 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       seq = std::max(seq, rd.last_completed + 1);
     }
   }
-  const NodeRanks node_ranks(run);
   // The ranks whose own recorder has them waiting in this collective: they arrived. A peer's
-  // message may still name one: "aborted because rank 0 failed" when rank 0 gave up waiting for
+  // failure may still name one: an abort because rank 0 failed when rank 0 gave up waiting for
   // another node, or a timeout on a node whose leader was itself waiting across nodes.
   std::set<unsigned> arrived;
   for (const auto& rd : run.ranks)
@@ -206,17 +134,20 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   std::set<unsigned> never;
   // Named though in flight here: used only if nobody else is, timeouts before aborts.
   std::vector<std::pair<bool, RankNode>> named_arrived;  // (from an abort, who)
+  bool any_timeout = false;
   for (const auto& rd : run.ranks) {
     if (!usable_flight(rd)) continue;
     if (rd.in_flight && *rd.in_flight == seq) {
       v.waited.push_back({rd.rank, rd.node, rd.reason, waited_seconds(rd)});
-      for (const Named& n : ranks_named(rd.reason, opt.limits.max_rank)) {
-        const auto r = node_ranks.global(rd, n.rank);
-        if (!r || *r == rd.rank || (run.world && *r >= *run.world) || never.count(*r)) continue;
-        RankNode who{*r, node_of(*r), fmt::format("named by rank {}: {}", rd.rank, rd.reason)};
-        if (arrived.count(*r)) named_arrived.emplace_back(n.abort, std::move(who));
-        else if (never.insert(*r).second) v.never_arrived.push_back(std::move(who));
-      }
+      any_timeout = any_timeout || (rd.failure && rd.failure->kind == FailureKind::Timeout);
+      const bool abort = rd.failure && rd.failure->kind == FailureKind::Aborted;
+      if (rd.failure && names_culprits(*rd.failure))
+        for (unsigned r : rd.failure->ranks) {
+          if (r == rd.rank || (run.world && r >= *run.world) || never.count(r)) continue;
+          RankNode who{r, node_of(r), fmt::format("named by rank {}: {}", rd.rank, rd.reason)};
+          if (arrived.count(r)) named_arrived.emplace_back(abort, std::move(who));
+          else if (never.insert(r).second) v.never_arrived.push_back(std::move(who));
+        }
       for (const auto& op : rd.ops)
         if (op.seq == seq && !v.collective) v.collective = op;
     } else if (rd.last_completed < seq && never.insert(rd.rank).second) {
@@ -256,10 +187,7 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   }
   if (v.waited.empty() && v.never_arrived.empty()) return;
   // A peer that died is a failure, not a hang: the waits ended at once instead of timing out.
-  bool timed_out = v.waited.empty();
-  for (const auto& w : v.waited)
-    for (const char* t : {"timed out", "in flight for", "did not complete", "no step progress"})
-      timed_out = timed_out || w.evidence.find(t) != std::string::npos;
+  const bool timed_out = v.waited.empty() || any_timeout;
   v.kind = timed_out ? Kind::Hang : Kind::Failure;
   std::string where = v.collective ? fmt::format("collective #{} {} ({} B)", seq, v.collective->op, v.collective->bytes)
                      : seq > 0     ? fmt::format("collective #{}", seq)
@@ -316,11 +244,22 @@ int exit_code(const Verdict& v) {
 
 Verdict diagnose(const RunData& run, const Options& opt) {
   Verdict v;
+  v.world = run.world;
+  v.ranks_read = run.ranks.size();
+  // A file that exists but was not read may hold the rank everything waited for: no verdict (and no
+  // node to exclude) rests on it being absent.
+  if (!run.errors.empty()) {
+    v.kind = Kind::BadInput;
+    v.summary = fmt::format("cannot tell: {} file(s) of the run could not be read ({}{})", run.errors.size(),
+                            run.errors.front(), run.errors.size() > 1 ? ", ..." : "");
+    v.notes = run.errors;
+    v.notes.insert(v.notes.end(), run.notes.begin(), run.notes.end());
+    if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
+    return v;
+  }
   v.notes = run.notes;
   v.notes.insert(v.notes.end(), run.info.begin(), run.info.end());
   if (run.notes_dropped) v.notes.push_back(fmt::format("... and {} more notes", run.notes_dropped));
-  v.world = run.world;
-  v.ranks_read = run.ranks.size();
   const bool readable = std::any_of(run.ranks.begin(), run.ranks.end(),
                                     [](const RankData& rd) { return rd.attempts > 0 || usable_flight(rd); });
   if (!readable) {
@@ -333,7 +272,7 @@ Verdict diagnose(const RunData& run, const Options& opt) {
   if (unnamed)
     v.notes.push_back(fmt::format("{} rank(s) name no node in their files (the trainer's start event carries \"node\")", unnamed));
 
-  if (!find_mismatch(run, v)) find_hang(run, opt, v);
+  if (!find_mismatch(run, v) && !find_reported_mismatch(run, v)) find_hang(run, opt, v);
   if (v.kind == Kind::Healthy) {
     const bool any_flight = std::any_of(run.ranks.begin(), run.ranks.end(), usable_flight);
     if (any_flight) {

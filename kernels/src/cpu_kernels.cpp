@@ -19,7 +19,7 @@ namespace {
 
 int norm_tag(DType t) {
   if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
-    throw Error(std::string("l2_norm takes f32, f16 or bf16, not ") + to_string(t), "kernels");
+    throw UsageError(std::string("l2_norm takes f32, f16 or bf16, not ") + to_string(t), "kernels");
   return t == DType::F16 ? 1 : t == DType::BF16 ? 2 : 0;
 }
 

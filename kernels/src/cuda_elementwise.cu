@@ -210,7 +210,7 @@ void adamw_launch(const TensorRef* params, const ConstTensorRef* grads, const Te
   for (std::size_t t = 0; t < n; ++t) {
     const std::size_t count = params[t].count;
     if (grads[t].count != count || m[t].count != count || v[t].count != count || (master && master[t].count != count))
-      throw Error(fmt::format("tensor {}: params, grads and moments differ in length", t), "adamw");
+      throw UsageError(fmt::format("tensor {}: params, grads and moments differ in length", t), "adamw");
     if (count == 0) continue;
     AdamDesc d{params[t].data, grads[t].data, static_cast<float*>(m[t].data), static_cast<float*>(v[t].data),
                master ? static_cast<float*>(master[t].data) : nullptr, count, units, 0};

@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void l2_norm(const ConstTensorRef* tensors, std::size_t n, DType dtype, double* result, Stream stream) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16)
-    throw Error(fmt::format("l2_norm takes f32, f16 or bf16, not {}", to_string(dtype)), "kernels");
+    throw UsageError(fmt::format("l2_norm takes f32, f16 or bf16, not {}", to_string(dtype)), "kernels");
   require_aligned(tensors, n, size_of(dtype), "cuda::l2_norm", "tensors");
   require_aligned(result, alignof(double), "cuda::l2_norm", "result");
   const int tag = dtype == DType::F16 ? 1 : dtype == DType::BF16 ? 2 : 0;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "session_impl.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::bootstrap {
@@ -58,7 +59,7 @@ class PmixSession final : public Session {
     if (PMIx_Get(&all_, PMIX_LOCAL_PEERS, nullptr, 0, &peers.v) == PMIX_SUCCESS && peers.v->type == PMIX_STRING) {
       auto parts = split(peers.v->data.string, ',');
       if (parts.back().empty()) parts.pop_back();  // "" and a trailing comma name no rank
-      for (auto part : parts) local_peers_.push_back(static_cast<unsigned>(std::stoul(std::string(part))));
+      for (auto part : parts) local_peers_.push_back(parse_number<unsigned>(part, "a rank", 0, ~0u, "PMIX_LOCAL_PEERS"));
     }
     peers_known_ = !local_peers_.empty();
     if (local_peers_.empty()) local_peers_ = {me_.rank};

@@ -8,14 +8,6 @@
 
 namespace trainrt::py {
 
-// A trainrt::Error from the checkpoint layer: raised in Python as trainrt.CheckpointError. The C++
-// runtime throws plain trainrt::Error there; the binding marks it so Python code can tell a bad
-// checkpoint from a failed collective without parsing messages.
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
 #ifdef TRAINRT_PY_HAVE_CUDA
 inline constexpr bool kHaveCuda = true;  // built with the CUDA part: device tensors can be registered
 #else
@@ -24,5 +16,6 @@ inline constexpr bool kHaveCuda = false;
 
 void bind_world(nanobind::module_& m);
 void bind_checkpoint(nanobind::module_& m);
+void bind_step_io(nanobind::module_& m);
 
 }  // namespace trainrt::py

@@ -7,12 +7,15 @@
 #include <fmt/format.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,23 +34,6 @@ namespace trainrt::py {
 namespace {
 
 namespace ckpt = trainrt::checkpoint;
-
-// Runs `f`, turning the runtime's plain trainrt::Error into CheckpointError; PeerError and
-// UsageError keep their kinds.
-template <typename F>
-auto checkpoint_call(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const PeerError&) {
-    throw;
-  } catch (const UsageError&) {
-    throw;
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const Error& e) {
-    throw CheckpointError(e.what());
-  }
-}
 
 ckpt::Sharding sharding(bool replicated) { return replicated ? ckpt::Sharding::Replicated : ckpt::Sharding::PerRank; }
 
@@ -75,11 +61,10 @@ class PyManager {
       const unsigned rank = world.runtime().rank;
       o.log = [rank](const std::string& line) { std::fprintf(stderr, "trainrt [rank %u] %s\n", rank, line.c_str()); };
     }
-    checkpoint_call([&] {
+    {
       nb::gil_scoped_release release;
       manager_ = std::make_unique<ckpt::Manager>(world.session(), std::move(o));
-      return 0;
-    });
+    }
     install_stop_signals();
   }
 
@@ -95,7 +80,9 @@ class PyManager {
     }
   }
 
-  void register_tensor(const std::string& name, nb::handle tensor, bool replicated) {
+  // `shard`: (global_shape, offsets) of this rank's chunk of a global tensor, or none.
+  void register_tensor(const std::string& name, nb::handle tensor, bool replicated,
+                       std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> shard) {
     View v = view(tensor, fmt::format("tensor '{}'", name));
     if (v.on_cuda && !kHaveCuda)
       throw UsageError(fmt::format("tensor '{}' is on CUDA device {}, and this trainrt was built without CUDA "
@@ -107,32 +94,34 @@ class PyManager {
                                    "bfloat16, int32 or int64",
                                    name, v.dtype_name),
                        "checkpoint");
-    checkpoint_call([&] {
-      if (v.dtype) {
-        manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated),
-                                  v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host);
-        arrays_.push_back(std::move(v));
-      } else {
-        raw_.push_back(Raw{std::move(v), {}});
-        try {
-          manager_->register_blob(name, &raw_.back().blob, sharding(replicated));
-        } catch (...) {
-          raw_.pop_back();
-          throw;
-        }
+    if (shard && !v.dtype)
+      throw UsageError(fmt::format("tensor '{}' is {}: a chunk of a global tensor must be float32, float64, float16, "
+                                   "bfloat16, int32 or int64",
+                                   name, v.dtype_name),
+                       "checkpoint");
+    const auto where = v.on_cuda ? ckpt::Location::Device : ckpt::Location::Host;
+    if (shard) {
+      manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, ckpt::Shard{shard->first, shard->second}, where);
+      arrays_.push_back(std::move(v));
+    } else if (v.dtype) {
+      manager_->register_buffer(name, v.data, v.bytes, *v.dtype, v.shape, sharding(replicated), where);
+      arrays_.push_back(std::move(v));
+    } else {
+      raw_.push_back(Raw{std::move(v), {}});
+      try {
+        manager_->register_blob(name, &raw_.back().blob, sharding(replicated));
+      } catch (...) {
+        raw_.pop_back();
+        throw;
       }
-      return 0;
-    });
+    }
   }
 
   void register_blob(const std::string& name, bool replicated) {
     if (blobs_.count(name)) throw UsageError(fmt::format("'{}' is registered twice", name), "checkpoint");
     auto& b = blobs_[name];
     try {
-      checkpoint_call([&] {
-        manager_->register_blob(name, &b, sharding(replicated));
-        return 0;
-      });
+      manager_->register_blob(name, &b, sharding(replicated));
     } catch (...) {
       blobs_.erase(name);
       throw;
@@ -150,13 +139,23 @@ class PyManager {
   void save(std::uint64_t step, const ckpt::Metadata& metadata) {
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    checkpoint_call([&] {
-      // An earlier save still in flight: its outcome first (an error of it surfaces here).
-      if (pending_) finish_pending();
-      stage_raw();
-      pending_ = manager_->save(step, metadata);
-      return 0;
-    });
+    // An earlier save still in flight: its outcome first (an error of it surfaces here).
+    if (pending_) finish_pending();
+    stage_raw();
+    pending_ = manager_->save(step, metadata);
+  }
+
+  // The last save()'s outcome once it is committed on every rank (None when none is pending),
+  // without waiting for old steps' removal as wait() does: what save() needs of its predecessor.
+  nb::object finish() {
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      if (pending_) r = finish_pending();
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
   }
 
   nb::object wait() {
@@ -164,25 +163,28 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      checkpoint_call([&] {
-        if (pending_) r = finish_pending();
-        manager_->wait_idle();
-        return 0;
-      });
+      if (pending_) r = finish_pending();
+      manager_->wait_idle();
     }
     if (!r) return nb::none();
     return save_result(*r);
   }
 
+  // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
+  // that holds the manager (a wait() in progress) means not yet.
+  bool save_done() {
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    return !pending_ || pending_->wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
+
   std::int64_t restore() {
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    return checkpoint_call([&] {
-      if (pending_) finish_pending();
-      std::int64_t step = manager_->restore();
-      if (step >= 0) unstage_raw();
-      return step;
-    });
+    if (pending_) finish_pending();
+    std::int64_t step = manager_->restore();
+    if (step >= 0) unstage_raw();
+    return step;
   }
 
   ckpt::Metadata restored_metadata() const { return manager_->restored_metadata(); }
@@ -283,12 +285,15 @@ void bind_checkpoint(nb::module_& m) {
       .def(nb::init<World&, const std::string&, unsigned, bool, bool>(), nb::arg("world"), nb::arg("directory"),
            nb::arg("keep_last") = 2, nb::arg("verify_before_load") = false, nb::arg("verbose") = false,
            nb::keep_alive<1, 2>())  // the world outlives its managers
-      .def("register_tensor", &PyManager::register_tensor, nb::arg("name"), nb::arg("tensor"), nb::arg("replicated") = false)
+      .def("register_tensor", &PyManager::register_tensor, nb::arg("name"), nb::arg("tensor"), nb::arg("replicated") = false,
+           nb::arg("shard").none() = nb::none())
       .def("register_blob", &PyManager::register_blob, nb::arg("name"), nb::arg("replicated") = false)
       .def("set_blob", &PyManager::set_blob)
       .def("get_blob", &PyManager::get_blob)
       .def("save", &PyManager::save, nb::arg("step"), nb::arg("metadata"))
       .def("wait", &PyManager::wait)
+      .def("save_done", &PyManager::save_done)
+      .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)
       .def_prop_ro("restored_metadata", &PyManager::restored_metadata)
       .def_prop_ro("directory", &PyManager::directory)
@@ -305,11 +310,9 @@ void bind_checkpoint(nb::module_& m) {
         std::vector<ckpt::StepReport> steps;
         {
           nb::gil_scoped_release release;
-          steps = checkpoint_call([&] {
-            ckpt::InspectOptions o;
-            o.step = step;
-            return ckpt::inspect(directory, o);
-          });
+          ckpt::InspectOptions o;
+          o.step = step;
+          steps = ckpt::inspect(directory, o);
         }
         nb::list out;
         for (const auto& s : steps) out.append(step_report(s));
@@ -318,7 +321,7 @@ void bind_checkpoint(nb::module_& m) {
       nb::arg("directory"), nb::arg("step").none() = nb::none());
   m.def("latest_step", [](const std::string& directory) {
     nb::gil_scoped_release release;
-    return checkpoint_call([&] { return ckpt::latest_step(directory); });
+    return ckpt::latest_step(directory);
   });
 }
 

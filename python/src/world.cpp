@@ -1,21 +1,29 @@
-// trainrt._trainrt.World: init, ranks, in-place allreduce, barrier, byte-blob exchange.
+// trainrt._trainrt.World: init, ranks, in-place allreduce, barrier, byte-blob exchange; and the
+// data network's interface rule.
 #include "world.hpp"
 
 #include <fmt/format.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include <unistd.h>
 
 #include "bindings.hpp"
 #include "tensor.hpp"
+#include "trainrt/data_interface.hpp"
 
 namespace trainrt::py {
 
@@ -221,6 +229,33 @@ void bind_world(nb::module_& m) {
 
   // For tests and debugging: the address the runtime would read and write for `tensor`.
   m.def("_data_ptr", [](nb::handle tensor) { return reinterpret_cast<std::uintptr_t>(view(tensor, "tensor").data); });
+
+  // The rule itself, not a Python copy of it: trainrt.torch advertises its store on this interface,
+  // as the plugin chooses MASTER_ADDR and Gloo binds on it.
+  m.def(
+      "data_interface",
+      [](std::optional<std::map<std::string, std::string>> env, std::optional<std::vector<std::string>> interfaces,
+         const std::string& fallback, const std::string& fallback_source) {
+        DataInterface d;
+        if (!env && !interfaces) {
+          d = data_interface_from_environment(fallback, fallback_source);
+        } else {
+          const auto lookup = [&](std::string_view name) -> std::optional<std::string> {
+            if (!env) {
+              const char* v = std::getenv(std::string(name).c_str());
+              return v ? std::optional<std::string>(v) : std::nullopt;
+            }
+            auto it = env->find(std::string(name));
+            return it == env->end() ? std::nullopt : std::optional<std::string>(it->second);
+          };
+          d = trainrt::data_interface(lookup, interfaces ? *interfaces : node_interfaces(), fallback, fallback_source);
+        }
+        return std::make_pair(d.name, d.source);
+      },
+      nb::arg("env") = nb::none(), nb::arg("interfaces") = nb::none(), nb::arg("fallback") = "",
+      nb::arg("fallback_source") = "",
+      "(name, source): the data network's interface by the rule of trainrt/data_interface.hpp, from `env` "
+      "(default: the process environment) and `interfaces` (default: this node's); name '' when none is named.");
 }
 
 }  // namespace trainrt::py

@@ -3,9 +3,10 @@ session (docs/checkpoint.md for the format, docs/python.md for this surface).
 
     mgr = trainrt.checkpoint.Manager("/scratch/ckpt", keep_last=2)
     mgr.register_state_dict("model.", model.state_dict(), replicated=True)
-    step = mgr.restore()                 # -1: nothing to resume
+    step = mgr.restore()                 # None: nothing to resume
     ...
-    mgr.save(step)                       # returns once staged; written in the background
+    fut = mgr.save(step)                 # returns once staged; written in the background
+    fut.done(), fut.result()             # committed yet? / wait for it (trainrt.checkpoint.SaveFuture)
     if mgr.stop_requested():             # SIGTERM / SIGUSR1 (Slurm's --signal, scancel)
         mgr.save_and_exit(step)          # commits, exits 75 (requeue)
 
@@ -15,23 +16,47 @@ using the same tensor objects, and do not resize or replace them after registeri
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
+from ._optimizer_state import materialize_optimizer_state as _materialize_optimizer_state
+from ._save_future import SaveFuture, SaveResult
 from ._trainrt import CheckpointError, UsageError
 
-__all__ = ["Manager", "SaveResult", "VerifyReport", "verify", "stop_requested", "CheckpointError"]
+__all__ = ["Manager", "Shard", "SaveFuture", "SaveResult", "VerifyReport", "verify", "stop_requested",
+           "CheckpointError"]
+
+
+def _dims(what: str, value: Any) -> Tuple[int, ...]:
+    try:
+        dims = tuple(value)
+    except TypeError:
+        raise UsageError(f"checkpoint: Shard {what} must be a sequence of ints, got {value!r}") from None
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) and not hasattr(d, "__index__") or int(d) < 0:
+            raise UsageError(f"checkpoint: Shard {what} {value!r} holds {d!r}: every entry must be an int >= 0")
+    return tuple(int(d) for d in dims)
 
 
 @dataclass(frozen=True)
-class SaveResult:
-    step: int
-    stall_seconds: float      # how long save() blocked the caller (the copy into staging)
-    persist_seconds: float    # write + fsync + agreement + commit, in the background
-    shard_bytes: int
-    already_committed: bool   # the step was committed before: nothing was rewritten
+class Shard:
+    """This rank's chunk of a global tensor: the registered tensor holds the elements at `offsets`
+    (one per dimension) of a tensor of `global_shape`, row-major in its own shape. Chunks may be
+    uneven; a rank without a chunk registers an empty one. save() checks across ranks that the
+    chunks of a name tile its tensor exactly; restore() reassembles them at any world size or split
+    and checks the content (docs/checkpoint.md "Sharded tensors")."""
+    global_shape: Tuple[int, ...]
+    offsets: Tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        g, o = _dims("global_shape", self.global_shape), _dims("offsets", self.offsets)
+        if len(g) != len(o):
+            raise UsageError(f"checkpoint: Shard global_shape {g} and offsets {o} differ in length")
+        object.__setattr__(self, "global_shape", g)
+        object.__setattr__(self, "offsets", o)
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,30 @@ class VerifyReport:
 def stop_requested() -> bool:
     """True once SIGTERM or SIGUSR1 arrived (handlers installed by the first Manager)."""
     return _trainrt.stop_requested()
+
+
+def _path(p: Any) -> str:
+    """A directory argument as the runtime takes it: a str, bytes (os.fsdecode'd, never str(b'...'),
+    which would name a folder "b'...'") or any os.PathLike. Anything else, an empty path, a NUL
+    character (the C side would stop there) or a name that is not UTF-8 (the C side takes UTF-8) is
+    a UsageError naming it."""
+    try:
+        p = os.fspath(p)
+    except TypeError:
+        raise UsageError(f"checkpoint: a directory must be a str, bytes or os.PathLike, got a {type(p).__name__}") \
+            from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    if not p:
+        raise UsageError("checkpoint: the directory is an empty path")
+    if "\0" in p:
+        raise UsageError(f"checkpoint: the directory {p!r} holds a NUL character")
+    try:
+        p.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"checkpoint: the directory {p!r} is not valid UTF-8 (bytes that are not UTF-8 cannot reach "
+                         "the runtime); rename it") from None
+    return p
 
 
 def _is_tensor(v: Any) -> bool:
@@ -94,18 +143,23 @@ class Manager:
     runtime's SIGTERM/SIGUSR1 handlers (they set the flag stop_requested() reads, replacing any
     Python handler of those two signals)."""
 
-    def __init__(self, directory: str, keep_last: int = 2, *, verify_before_load: bool = False,
-                 verbose: Optional[bool] = None) -> None:
+    def __init__(self, directory: "str | bytes | os.PathLike", keep_last: int = 2, *,
+                 verify_before_load: bool = False, verbose: Optional[bool] = None) -> None:
+        directory = _path(directory)
         w = _world() if is_initialized() else init()
         self._world = w
         # verbose: the runtime's progress lines (commits, removed and skipped steps, restores) on
         # stderr; None: rank 0's only.
         log = (w.rank == 0) if verbose is None else bool(verbose)
-        self._m = _trainrt.Manager(w._w, str(directory), int(keep_last), bool(verify_before_load), log)
+        self._m = _trainrt.Manager(w._w, directory, int(keep_last), bool(verify_before_load), log)
         self._tensors: Dict[str, Any] = {}     # name -> the caller's object, kept alive
         # Non-tensor values saved as one JSON entry per registration:
         # blob name -> [(key, read the live value, write a restored value)]
         self._extras: Dict[str, List[Tuple[str, Callable[[], Any], Callable[[Any], None]]]] = {}
+        # DTensor boxes held by several ranks (Replicate beside Shard): (local tensor, the process
+        # groups of its Replicate mesh dimensions), refilled by broadcast after every restore.
+        self._replicas: List[Tuple[Any, List[Any]]] = []
+        self._pending: Optional[SaveFuture] = None   # the last save(), until something settles it
 
     @property
     def _native(self) -> "_trainrt.Manager":
@@ -114,15 +168,48 @@ class Manager:
         return self._m
 
     # ------------------------------------------------------------------ registration
-    def register(self, name: str, tensor: Any, replicated: bool = False) -> None:
+    def register(self, name: str, tensor: Any, replicated: bool = False, *, shard: Optional[Shard] = None) -> None:
         """Saves and restores `tensor` in place under `name`. CPU tensors/arrays of any element type
         (float32/64/16, bfloat16, int32/64 as typed entries; others as bytes), CUDA tensors of the
         typed ones where this trainrt was built with CUDA. `replicated`: the same on every rank
-        (data-parallel weights): restorable at another world size."""
+        (data-parallel weights): restorable at another world size. `shard`: `tensor` is this rank's
+        chunk of a global tensor (a typed one), restorable at any world size and split. A DTensor
+        is placed by its mesh and placements (see register_state_dict)."""
         if not isinstance(name, str):
             raise UsageError(f"checkpoint: an entry name must be a str, got {type(name).__name__}")
-        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated))
+        if _dtensor.is_dtensor(tensor):
+            if shard is not None:
+                raise UsageError(f"checkpoint: tensor '{name}' is a DTensor: its placements say where its local shard "
+                                 "sits, so it takes no shard=")
+            self._register_dtensor(name, tensor, replicated)
+            return
+        native_shard = None
+        if shard is not None:
+            if not isinstance(shard, Shard):
+                raise UsageError(f"checkpoint: tensor '{name}': shard= takes a trainrt.checkpoint.Shard, got a "
+                                 f"{type(shard).__name__}")
+            if replicated:
+                raise UsageError(f"checkpoint: tensor '{name}' is registered both replicated and as a Shard: choose one")
+            ndim = len(getattr(tensor, "shape", ()))
+            if len(shard.global_shape) != ndim:
+                raise UsageError(f"checkpoint: tensor '{name}' has {ndim} dimensions, its Shard global_shape "
+                                 f"{shard.global_shape} has {len(shard.global_shape)}")
+            native_shard = (list(shard.global_shape), list(shard.offsets))
+        self._native.register_tensor(name, _as_dlpack_ready(tensor), bool(replicated), native_shard)
         self._tensors[name] = tensor
+
+    def _register_dtensor(self, name: str, dt: Any, replicated: bool) -> None:
+        """A DTensor's local shard, placed by its mesh and placements (trainrt/_dtensor.py)."""
+        p = _dtensor.plan(name, dt)
+        if p.global_shape is None:
+            self.register(name, p.local, True)
+            return
+        local = p.local
+        if not p.primary:  # another rank saves this box; this one receives it after restore
+            local = p.local.new_empty((0,) + tuple(p.local.shape[1:]))
+        self.register(name, local, shard=Shard(p.global_shape, p.offsets))
+        if p.replicate_groups:
+            self._replicas.append((p.local, p.replicate_groups))
 
     def register_state_dict(self, prefix: str, state_dict: Mapping[str, Any], replicated: bool = False) -> List[str]:
         """Registers every tensor of `state_dict` (nested dicts and lists too, e.g. an optimizer's)
@@ -132,6 +219,12 @@ class Manager:
         them to take effect. A leaf JSON cannot hold is a UsageError naming it. Returns the
         registered tensor names.
 
+        DTensors (FSDP2's fully_shard, tensor parallelism; 1-D or 2-D meshes) are registered by
+        their placements, whatever `replicated` says: Shard placements as chunks of the global
+        tensor (restorable at another world size or mesh), all-Replicate ones as replicated
+        entries; Partial and _StridedShard placements are a UsageError naming the tensor.
+        `replicated` applies to the plain tensors beside them (buffers, Adam's step counts).
+
         For a torch optimizer use register_optimizer(): optimizer.state_dict() misses the state
         torch creates at the first step(), and optimizer.load_state_dict() replaces the state
         tensors, so later saves would miss them."""
@@ -139,7 +232,11 @@ class Manager:
             raise UsageError(f"checkpoint: register_state_dict takes a mapping, got {type(state_dict).__name__}")
         names, extras = [], []
         for path, value in _walk(state_dict, ()):
-            if _is_tensor(value):
+            if _dtensor.is_dtensor(value):
+                name = prefix + _key(path)
+                self._register_dtensor(name, value, replicated)
+                names.append(name)
+            elif _is_tensor(value):
                 name = prefix + _key(path)
                 self.register(name, value, replicated)
                 names.append(name)
@@ -164,7 +261,8 @@ class Manager:
         given it here, as torch.distributed.checkpoint does: zero gradients, one step() with lr 0,
         then every state tensor zeroed, so a run that restores nothing continues as a fresh one
         (exact for Adam, AdamW, SGD with momentum and no dampening, RMSprop; check others).
-        Parameters must not hold gradients then. Returns the registered tensor names."""
+        Parameters must not hold gradients then. DTensor state (FSDP2) is registered by its
+        placements, as in register_state_dict. Returns the registered tensor names."""
         import torch  # only this method needs torch
 
         params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -179,7 +277,10 @@ class Manager:
             st = optimizer.state.get(p, {})
             for k, v in st.items():
                 key = f"state.{i}.{k}"
-                if isinstance(v, torch.Tensor):
+                if _dtensor.is_dtensor(v):
+                    self._register_dtensor(prefix + key, v, replicated)
+                    names.append(prefix + key)
+                elif isinstance(v, torch.Tensor):
                     self.register(prefix + key, v, replicated)
                     names.append(prefix + key)
                 elif _jsonable(v):
@@ -239,27 +340,56 @@ class Manager:
                 raise UsageError(f"checkpoint: metadata '{k}' is a {type(v).__name__}: neither str nor JSON-serialisable")
         return out
 
-    def save(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> None:
-        """Stages every registered tensor and returns; a background thread writes, fsyncs and (once
-        every rank has) commits step `step`. Every rank calls it with the same step. metadata:
-        str values stored as they are, other values as their JSON text (rank 0's are kept).
-        An error of the background write is raised by the next wait(), save() or restore()."""
+    def save(self, step: int, metadata: Optional[Mapping[str, Any]] = None) -> SaveFuture:
+        """Stages every registered tensor and returns a SaveFuture; a background thread writes,
+        fsyncs and (once every rank has) commits step `step`. Every rank calls it with the same
+        step. metadata: str values stored as they are, other values as their JSON text (rank 0's
+        are kept). The previous save is settled first: its error is raised here, as by the next
+        wait() or restore()."""
+        step = _step(step)
         md = self._metadata(metadata)
+        self._settle_pending(self._native.finish)
         self._stage_extras()
-        self._native.save(_step(step), md)
+        self._native.save(step, md)
+        native = self._native
+        fut = SaveFuture(step, native.save_done, lambda: self._settle_pending(native.finish, fut))
+        self._pending = fut
+        return fut
 
     def wait(self) -> Optional[SaveResult]:
         """Blocks (GIL released) until the last save() is committed on every rank and old steps
         are removed; its SaveResult, or None when no save was pending. Raises its error."""
-        r = self._native.wait()
-        return None if r is None else SaveResult(**r)
+        return self._settle_pending(self._native.wait)
 
-    def restore(self) -> int:
+    def _settle_pending(self, collect: Callable[[], Any], only: Optional[SaveFuture] = None) -> Optional[SaveResult]:
+        """Runs `collect` (the native call that finishes the pending save) and hands its outcome to
+        the pending SaveFuture. `only`: do nothing unless that future is still the pending one."""
+        fut = self._pending
+        if only is not None and fut is not only:
+            return None
+        self._pending = None
+        try:
+            r = collect()
+        except BaseException as e:
+            if fut is not None:
+                fut._settle(None, e)
+            raise
+        result = None if r is None else SaveResult(**r)
+        if fut is not None:
+            fut._settle(result, None if result is not None else
+                        CheckpointError(f"checkpoint: step {fut.step}: the runtime had no outcome for this save"))
+        return result
+
+    def restore(self) -> Optional[int]:
         """Loads the newest step every rank can verify into the registered tensors (in place) and
-        returns it; -1 when there is none (the tensors untouched)."""
+        returns it; None when there is none (the tensors untouched)."""
+        self._settle_pending(self._native.finish)
         step = self._native.restore()
-        if step >= 0:
-            self._unstage_extras()
+        if step < 0:
+            return None
+        self._unstage_extras()
+        for local, groups in self._replicas:
+            _dtensor.broadcast_replicas(local, groups)
         return step
 
     @property
@@ -294,7 +424,7 @@ class Manager:
         """Waits for a save in flight and releases the staging memory and registered tensors."""
         if self._m is not None:
             try:
-                self._m.wait()
+                self._settle_pending(self._m.wait)
             finally:
                 self._m = None
                 self._tensors.clear()
@@ -330,53 +460,23 @@ def _assign(container: Any, key: Any, value: Any) -> None:
     container[key] = value
 
 
-def _materialize_optimizer_state(torch: Any, optimizer: Any, params: List[Any]) -> None:
-    """Creates a lazily-initialised optimizer's state without changing the parameters or what a
-    fresh run computes next (see Manager.register_optimizer)."""
-    trainable = [p for p in params if p.requires_grad]
-    if any(p.grad is not None for p in trainable):
-        raise UsageError("checkpoint: register_optimizer on an optimizer without state needs parameters without "
-                         "gradients (call optimizer.zero_grad(set_to_none=True) first)")
-    lrs = []
-    for g in optimizer.param_groups:
-        lrs.append(g.get("lr"))
-        if "lr" in g:
-            g["lr"] = 0.0
-    try:
-        for p in trainable:
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-    finally:
-        for g, lr in zip(optimizer.param_groups, lrs):
-            if lr is not None:
-                g["lr"] = lr
-        for p in trainable:
-            p.grad = None
-    with torch.no_grad():
-        for st in optimizer.state.values():
-            for k, v in list(st.items()):
-                if isinstance(v, torch.Tensor):
-                    v.zero_()
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                    st[k] = type(v)(0)  # a step counter kept as a number
-
-
-def verify(directory: str, step: Optional[int] = None) -> VerifyReport:
+def verify(directory: "str | bytes | os.PathLike", step: Optional[int] = None) -> VerifyReport:
     """Reads every checksum of one step without a job (what `trainrt-ckpt verify` does): `step`,
     or the newest committed step when None. Never raises for a damaged checkpoint: the report says
     what is wrong. Raises CheckpointError when `directory` cannot be read at all."""
+    directory = _path(directory)
     if step is not None:
         _step(step)
-    steps = _trainrt.inspect(str(directory), step)
+    steps = _trainrt.inspect(directory, step)
     if step is not None:
         chosen = next((s for s in steps if s["step"] == step), None)
         if chosen is None:
-            return VerifyReport(str(directory), step, False, [f"step {step}: not found in {directory}"], steps=steps)
+            return VerifyReport(directory, step, False, [f"step {step}: not found in {directory}"], steps=steps)
     else:
         chosen = next((s for s in steps if s["committed"]), None)
         if chosen is None:
             why = "no committed step" if steps else "no step at all"
-            return VerifyReport(str(directory), -1, False, [f"{directory}: {why}"], steps=steps)
-    return VerifyReport(str(directory), chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
+            return VerifyReport(directory, -1, False, [f"{directory}: {why}"], steps=steps)
+    return VerifyReport(directory, chosen["step"], bool(chosen["intact"]), list(chosen["problems"]),
                         metadata=dict(chosen["metadata"]), world_size=chosen["world_size"], bytes=chosen["bytes"],
                         entries=list(chosen["entries"]), steps=steps)

@@ -30,14 +30,21 @@ import torch.distributed as dist
 
 import trainrt
 
-__all__ = ["SessionStore", "StoreError", "init_process_group", "destroy_process_group", "device", "world"]
+__all__ = ["SessionStore", "StoreError", "ArgumentError", "init_process_group", "destroy_process_group", "device",
+           "world"]
 
 _DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's own default for process groups
 _state: dict = {}  # the world and store of the live process group (the server lives in rank 0's)
 
 
-class StoreError(RuntimeError):
-    """The session store could not be created or reached; the message names host:port."""
+class StoreError(trainrt.Error):
+    """The session store could not be created or reached; the message names host:port. A
+    trainrt.Error, so a RuntimeError as before."""
+
+
+class ArgumentError(trainrt.UsageError, TypeError):
+    """A keyword init_process_group takes from the trainrt world instead; a TypeError, as Python's
+    own for a keyword, and a trainrt.UsageError."""
 
 
 def _ipv4_of(ifname: str, var: str = "TRAINRT_IFNAME") -> str:
@@ -54,12 +61,10 @@ def _advertised_host(w) -> str:
     """The address of rank 0's node that every rank can reach."""
     if w.local_world_size == w.world_size:
         return "127.0.0.1"  # one node: loopback, whatever the hostname resolves to
-    for var in ("TRAINRT_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        value = os.environ.get(var, "")
-        # "^a,b" is NCCL's and Gloo's exclusion list: it names no interface to advertise.
-        name = "" if value.startswith("^") else value.split(",")[0].lstrip("=")
-        if name:
-            return _ipv4_of(name, var)
+    # Not a rule of our own: the C++ one (trainrt/data_interface.hpp) by which the plugin chose MASTER_ADDR.
+    name, var = trainrt._trainrt.data_interface()
+    if name:
+        return _ipv4_of(name, var)
     if os.environ.get("MASTER_ADDR"):  # the plugin's resolution of the step's first node (numeric)
         return os.environ["MASTER_ADDR"]
     try:
@@ -157,7 +162,7 @@ def _cuda_index(w) -> int:
         return int(os.environ["TRAINRT_CUDA_DEVICE"])
     count = torch.cuda.device_count()
     if count == 0:
-        raise RuntimeError("trainrt.torch: backend nccl needs a CUDA device and torch sees none")
+        raise trainrt.Error("trainrt.torch: backend nccl needs a CUDA device and torch sees none")
     return w.local_rank % count
 
 
@@ -172,12 +177,12 @@ def init_process_group(backend: str = "gloo", *, world=None, timeout: datetime.t
     keywords go to torch.distributed.init_process_group. MASTER_ADDR/MASTER_PORT are not read.
     """
     if dist.is_initialized():
-        raise RuntimeError("trainrt.torch: the default process group already exists")
+        raise trainrt.UsageError("trainrt.torch: the default process group already exists")
     if backend not in ("gloo", "nccl"):
-        raise ValueError(f"trainrt.torch: backend {backend!r}: use 'gloo' or 'nccl'")
+        raise trainrt.UsageError(f"trainrt.torch: backend {backend!r}: use 'gloo' or 'nccl'")
     for k in ("store", "init_method", "rank", "world_size"):
         if k in kw:
-            raise TypeError(f"trainrt.torch.init_process_group: {k}= comes from the trainrt world")
+            raise ArgumentError(f"trainrt.torch.init_process_group: {k}= comes from the trainrt world")
     w = world if world is not None else trainrt.init()
     timeout = timeout or _DEFAULT_TIMEOUT
     for var, value in (("RANK", w.rank), ("WORLD_SIZE", w.world_size),

@@ -2,11 +2,12 @@
 // compiled in every build so they are unit-tested on machines without a GPU.
 #include <fmt/format.h>
 
-#include <charconv>
+#include <limits>
 #include <map>
 #include <string_view>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
 
 namespace trainrt {
@@ -27,11 +28,8 @@ int visible_entries(const char* cvd) {
 int choose_cuda_device(const char* trainrt_cuda_device, unsigned local_rank, const char* cuda_visible_devices,
                        int device_count) {
   if (trainrt_cuda_device && *trainrt_cuda_device) {
-    std::string_view s(trainrt_cuda_device);
-    int d = -1;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
-    if (ec != std::errc{} || end != s.data() + s.size() || d < 0)
-      throw Error(fmt::format("TRAINRT_CUDA_DEVICE='{}' is not a device ordinal", s), "device selection");
+    const int d = parse_number(trainrt_cuda_device, "a device ordinal", 0, std::numeric_limits<int>::max(),
+                               "device selection: TRAINRT_CUDA_DEVICE");
     if (d >= device_count)
       throw Error(fmt::format("TRAINRT_CUDA_DEVICE={} but this process sees {} CUDA device(s) (CUDA_VISIBLE_DEVICES={})",
                               d, device_count, cuda_visible_devices ? cuda_visible_devices : "unset"),

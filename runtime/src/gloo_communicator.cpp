@@ -13,11 +13,14 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 
 #include "host_communicator.hpp"
+#include "trainrt/data_interface.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/half.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -56,7 +59,7 @@ class BootstrapStore final : public gloo::rendezvous::Store {
     std::size_t digits = key.size();
     while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
     if (digits == key.size()) throw Error(fmt::format("cannot tell which rank sets '{}'", key), "gloo rendezvous");
-    return static_cast<unsigned>(std::stoul(key.substr(digits)));
+    return parse_number<unsigned>(std::string_view(key).substr(digits), "a rank", 0, ~0u, "gloo rendezvous key");
   }
 
   bootstrap::Session& session_;
@@ -82,18 +85,29 @@ T same(T v) {
   return v;
 }
 
+// Gloo throws one IoException type for a closed connection and for a timeout alike; only its text
+// ("Timed out waiting 3000ms ...", "Read timeout ...") tells them apart, so this is the one place
+// that reads it, turning it into the failure's kind for everyone downstream.
+CollectiveFailure gloo_failure(const gloo::IoException& e, std::chrono::milliseconds timeout) {
+  std::string text = e.what();
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (text.find("timed out") != std::string::npos || text.find("timeout") != std::string::npos)
+    return {FailureKind::Timeout, {}, std::chrono::duration<double>(timeout).count()};
+  return {FailureKind::Transport, {}};
+}
+
 class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
-      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()) {
-    // The data network's interface when one is named (the plugin's TRAINRT_IFNAME, or Gloo's own
-    // GLOO_SOCKET_IFNAME): a node name may resolve to loopback or a management network.
-    const char* ifname = std::getenv("TRAINRT_IFNAME");
-    if (!ifname || !*ifname) ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()), timeout_(options.timeout) {
+    // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
+    // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
+    // loopback or a management network.
+    const DataInterface net = address.empty() ? data_interface_from_environment() : DataInterface{};
     gloo::transport::tcp::attr attr;
-    if (address.empty() && ifname && *ifname) {
-      attr.iface = ifname;
-      address = fmt::format("interface {}", ifname);
+    if (!net.name.empty()) {
+      attr.iface = net.name;
+      address = fmt::format("interface {} ({})", net.name, net.source);
     } else {
       if (address.empty()) {
         const char* node = std::getenv("SLURMD_NODENAME");
@@ -119,7 +133,9 @@ class GlooCommunicator final : public HostCommunicator {
     } catch (const Error&) {
       throw;
     } catch (const gloo::IoException& e) {
-      throw PeerError(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
+      throw PeerError(gloo_failure(e, timeout_),
+                      fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()),
+                      "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {} could not connect over TCP from '{}': {}", rank_, address, e.what()), "gloo");
     }
@@ -193,7 +209,8 @@ class GlooCommunicator final : public HostCommunicator {
         for (unsigned s = 0; s < size_; ++s)
           for (unsigned d = 0; d < size_; ++d)
             if (all[2 * size_ * s + d] != all[2 * size_ * d + size_ + s])
-              throw UsageError(fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}", s,
+              throw UsageError({FailureKind::Mismatch, {s, d}},
+                               fmt::format("alltoallv: rank {} sends {} bytes to rank {}, which expects {}", s,
                                            all[2 * size_ * s + d], d, all[2 * size_ * d + size_ + s]),
                                "gloo");
         std::uint8_t none = 0;  // gloo wants a buffer even for zero bytes
@@ -217,7 +234,7 @@ class GlooCommunicator final : public HostCommunicator {
     } catch (const Error&) {
       throw;
     } catch (const gloo::IoException& e) {
-      throw PeerError(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
+      throw PeerError(gloo_failure(e, timeout_), fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     } catch (const std::exception& e) {
       throw Error(fmt::format("rank {}: {}", rank_, e.what()), "gloo");
     }
@@ -247,6 +264,7 @@ class GlooCommunicator final : public HostCommunicator {
   }
 
   unsigned rank_, size_;
+  std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::Context> context_;
 };
 

@@ -15,6 +15,22 @@
 namespace trainrt {
 namespace {
 
+// Runs one stage on a group's communicator, which numbers ranks within the group (a node's ranks,
+// the leaders): a failure it throws leaves naming the ranks of the whole world, `members`.
+template <typename F>
+void in_group(const std::vector<unsigned>& members, F&& stage) {
+  try {
+    stage();
+  } catch (const Error& e) {
+    if (!e.failure() || e.failure()->ranks.empty()) throw;
+    CollectiveFailure f = *e.failure();
+    for (unsigned& r : f.ranks) r = r < members.size() ? members[r] : r;
+    if (dynamic_cast<const PeerError*>(&e)) throw PeerError(std::move(f), e.what());
+    if (dynamic_cast<const UsageError*>(&e)) throw UsageError(std::move(f), e.what());
+    throw Error(std::move(f), e.what());
+  }
+}
+
 class HierarchicalCommunicator final : public HostCommunicator {
  public:
   HierarchicalCommunicator(bootstrap::Session& session, const CommOptions& options)
@@ -40,7 +56,9 @@ class HierarchicalCommunicator final : public HostCommunicator {
       leaders.push_back(ranks.front());
     }
     if (!mine) throw Error(fmt::format("rank {} is on none of the job's {} nodes", rank_, by_node.size()), "hierarchical");
-    local_session_ = std::make_unique<SubSession>(session, *mine);
+    node_ranks_ = *mine;
+    leader_ranks_ = leaders;
+    local_session_ = std::make_unique<SubSession>(session, node_ranks_);
     leader_session_ = std::make_unique<SubSession>(session, leaders);
     // Every rank takes part in building every node's shared-memory group (one world barrier).
     local_ = make_shm_communicator(*local_session_, options);
@@ -58,9 +76,9 @@ class HierarchicalCommunicator final : public HostCommunicator {
   Work start_allreduce(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
     return submit(mode, [=, this] {
       const ReduceOp phase_op = op == ReduceOp::Avg ? ReduceOp::Sum : op;
-      local_->allreduce(in, out, count, t, phase_op);
-      if (leaders_) leaders_->allreduce(out, out, count, t, phase_op);
-      local_->broadcast(out, count, t, 0);
+      on_node([&] { local_->allreduce(in, out, count, t, phase_op); });
+      if (leaders_) on_leaders([&] { leaders_->allreduce(out, out, count, t, phase_op); });
+      on_node([&] { local_->broadcast(out, count, t, 0); });
       if (op == ReduceOp::Avg) divide_in_place(out, count, t, size_);
     });
   }
@@ -75,12 +93,12 @@ class HierarchicalCommunicator final : public HostCommunicator {
       const std::size_t node_elems = count * local_->size(), es = size_of(t);
       auto* o = static_cast<std::byte*>(out);
       std::byte* mine = o + where_[rank_].node * node_elems * es;
-      local_->allgather(in, mine, count, t);
+      on_node([&] { local_->allgather(in, mine, count, t); });
       if (leaders_) {
         std::vector<std::byte> block(mine, mine + node_elems * es);  // Gloo wants input apart from output
-        leaders_->allgather(block.data(), o, node_elems, t);
+        on_leaders([&] { leaders_->allgather(block.data(), o, node_elems, t); });
       }
-      local_->broadcast(o, count * size_, t, 0);
+      on_node([&] { local_->broadcast(o, count * size_, t, 0); });
     });
   }
   // Over the network once per node, not once per rank: the root's node first, then the leaders,
@@ -89,9 +107,9 @@ class HierarchicalCommunicator final : public HostCommunicator {
     return submit(mode, [=, this] {
       const Place from = where_[root];
       const bool root_node = where_[rank_].node == from.node;
-      if (root_node) local_->broadcast(buf, count, t, from.local);
-      if (leaders_) leaders_->broadcast(buf, count, t, from.node);
-      if (!root_node) local_->broadcast(buf, count, t, 0);
+      if (root_node) on_node([&] { local_->broadcast(buf, count, t, from.local); });
+      if (leaders_) on_leaders([&] { leaders_->broadcast(buf, count, t, from.node); });
+      if (!root_node) on_node([&] { local_->broadcast(buf, count, t, 0); });
     });
   }
   // Pieces go straight between the ranks that hold them: Gloo across all ranks, as reduce_scatter.
@@ -102,9 +120,9 @@ class HierarchicalCommunicator final : public HostCommunicator {
 
   Work start_barrier(Mode mode) override {
     return submit(mode, [this] {
-      local_->barrier();  // everyone here has arrived
-      if (leaders_) leaders_->barrier();
-      local_->barrier();  // released once our leader saw every node arrive
+      on_node([&] { local_->barrier(); });  // everyone here has arrived
+      if (leaders_) on_leaders([&] { leaders_->barrier(); });
+      on_node([&] { local_->barrier(); });  // released once our leader saw every node arrive
     });
   }
 
@@ -132,11 +150,21 @@ class HierarchicalCommunicator final : public HostCommunicator {
     unsigned node = 0;   // index among the node leaders
     unsigned local = 0;  // index inside its node
   };
+  template <typename F>
+  void on_node(F&& stage) {
+    in_group(node_ranks_, stage);
+  }
+  template <typename F>
+  void on_leaders(F&& stage) {
+    in_group(leader_ranks_, stage);
+  }
+
   unsigned rank_, size_;
   bootstrap::Session& session_;  // outlives this communicator (Runtime owns both)
   CommOptions options_;
   unsigned id_ = 0;
   std::vector<Place> where_;  // of every rank
+  std::vector<unsigned> node_ranks_, leader_ranks_;  // the world's ranks of this node's group and the leaders
   bool node_blocks_ = false;
   std::unique_ptr<SubSession> local_session_, leader_session_;
   std::unique_ptr<Communicator> local_, leaders_, all_owner_;

@@ -4,10 +4,12 @@
 //  - A collective's body runs under guarded(): a trainrt::Error keeps its type (PeerError,
 //    UsageError, Error); anything else becomes a trainrt::Error. Backends translate their
 //    transport's exceptions to PeerError where the transport failed.
-//  - The first failure poisons the communicator: later calls throw the same type, naming it, and
-//    on_failure() runs once so the backend can tell its peers (shm: a flag they poll).
+//  - The first failure poisons the communicator: later calls throw the same type, naming it and
+//    carrying its CollectiveFailure, and on_failure() runs once so the backend can tell its peers
+//    (shm: a flag they poll).
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -21,9 +23,9 @@ class HostCommunicator : public Communicator {
  public:
   void abort(const std::string& why) noexcept override {
     try {
-      fail(Failure::Peer, "aborted: " + why);
+      fail(Failure::Peer, "aborted: " + why, CollectiveFailure{FailureKind::Aborted, {}});
     } catch (...) {  // no memory for the message: fail all the same
-      fail(Failure::Peer, "aborted");
+      fail(Failure::Peer, "aborted", CollectiveFailure{FailureKind::Aborted, {}});
     }
   }
 
@@ -56,16 +58,16 @@ class HostCommunicator : public Communicator {
     try {
       body();
     } catch (const PeerError& e) {
-      fail(Failure::Peer, e.what());
+      fail(Failure::Peer, e.what(), e.failure());
       throw;
     } catch (const UsageError& e) {
-      fail(Failure::Usage, e.what());
+      fail(Failure::Usage, e.what(), e.failure());
       throw;
     } catch (const Error& e) {
-      fail(Failure::Other, e.what());
+      fail(Failure::Other, e.what(), e.failure());
       throw;
     } catch (const std::exception& e) {
-      fail(Failure::Other, e.what());
+      fail(Failure::Other, e.what(), std::nullopt);
       throw Error(e.what(), name_);
     }
   }
@@ -75,19 +77,23 @@ class HostCommunicator : public Communicator {
     if (kind_ == Failure::None) return;
     const std::string what = "communicator unusable after an earlier failure: " + first_;
     const Failure kind = kind_;
+    const std::optional<CollectiveFailure> failure = first_failure_;
     lock.unlock();
-    if (kind == Failure::Peer) throw PeerError(what, name_);
+    if (kind == Failure::Peer) throw PeerError(failure.value_or(CollectiveFailure{}), what, name_);
+    if (kind == Failure::Usage && failure) throw UsageError(*failure, what, name_);
     if (kind == Failure::Usage) throw UsageError(what, name_);
+    if (failure) throw Error(*failure, what, name_);
     throw Error(what, name_);
   }
 
-  void fail(Failure kind, const std::string& what) noexcept {
+  void fail(Failure kind, const std::string& what, const std::optional<CollectiveFailure>& failure) noexcept {
     {
       std::lock_guard lock(mutex_);
       if (kind_ != Failure::None) return;
       kind_ = kind;
       try {
         first_ = what;
+        first_failure_ = failure;
       } catch (...) {  // the kind alone still poisons the communicator
       }
     }
@@ -98,6 +104,7 @@ class HostCommunicator : public Communicator {
   mutable std::mutex mutex_;
   Failure kind_ = Failure::None;
   std::string first_;
+  std::optional<CollectiveFailure> first_failure_;
   ProgressThread progress_;
 };
 

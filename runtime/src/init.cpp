@@ -2,13 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/runtime/gloo_communicator.hpp"
 #include "trainrt/runtime/hierarchical_communicator.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
@@ -23,15 +24,11 @@ std::string env_or(const char* name, const char* fallback = "") {
 }
 
 // A non-negative integer from the environment; `fallback` when unset. Anything else is an Error
-// naming the variable (never std::invalid_argument from a bare std::stoul).
+// naming the variable.
 int env_int(const char* name, int fallback) {
   const std::string v = env_or(name);
   if (v.empty()) return fallback;
-  int n = -1;
-  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-  if (ec != std::errc{} || end != v.data() + v.size() || n < 0)
-    throw Error(fmt::format("{}='{}' is not a non-negative integer", name, v), "init");
-  return n;
+  return parse_number(v, "a non-negative integer", 0, std::numeric_limits<int>::max(), fmt::format("init: {}", name));
 }
 
 // Decides, the same way on every rank, whether NCCL can run: every rank names its GPU's PCI bus
@@ -77,7 +74,7 @@ std::unique_ptr<Communicator> make_host_communicator(bootstrap::Session& session
   if (host == "shm") return make_shm_communicator(session, options);
   if (host == "gloo") return make_gloo_communicator(session, options);
   if (host == "hierarchical") return make_hierarchical_communicator(session, options);
-  throw Error(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
+  throw UsageError(fmt::format("TRAINRT_HOST_BACKEND='{}'; valid: shm, gloo, hierarchical", host), "init");
 }
 
 std::unique_ptr<Runtime> init(const InitOptions& options) {

@@ -83,27 +83,31 @@ struct CommHandle {
   std::mutex mutex;
   ncclComm_t comm = nullptr;  // null once aborted or destroyed
   std::string failure;        // why it was aborted; "" while healthy
+  CollectiveFailure cause;    // the same as data, for every later PeerError
   int device = 0;
   std::chrono::milliseconds timeout{};
 
   explicit CommHandle(ncclComm_t c, int dev, std::chrono::milliseconds t) : comm(c), device(dev), timeout(t) {}
   ~CommHandle() { destroy(); }
 
-  // Holding `mutex`.
-  void abort_locked(const std::string& why) noexcept {
-    if (failure.empty()) failure = why;
+  // Holding `mutex`. The ranks are never known here: NCCL does not say which peer failed.
+  void abort_locked(const std::string& why, CollectiveFailure what = {FailureKind::Aborted, {}}) noexcept {
+    if (failure.empty()) {
+      failure = why;
+      cause = std::move(what);
+    }
     if (!comm) return;
     DeviceScope scope(device);
     ncclCommAbort(comm);  // frees it, also on a communicator that is stuck
     comm = nullptr;
   }
-  void abort(const std::string& why) noexcept {
+  void abort(const std::string& why, CollectiveFailure what = {FailureKind::Aborted, {}}) noexcept {
     std::lock_guard lock(mutex);
-    abort_locked(why);
+    abort_locked(why, std::move(what));
   }
   // Holding `mutex`: throws PeerError once aborted.
   void throw_if_aborted() const {
-    if (!failure.empty()) throw PeerError("communicator aborted: " + failure, "nccl");
+    if (!failure.empty()) throw PeerError(cause, "communicator aborted: " + failure, "nccl");
     if (!comm) throw UsageError("the NCCL communicator was destroyed", "nccl");
   }
   // Holding `mutex`: an asynchronous error aborts the communicator and throws PeerError.
@@ -114,8 +118,8 @@ struct CommHandle {
     if (rc != ncclSuccess) state = rc;
     if (state == ncclSuccess || state == ncclInProgress) return;
     const std::string why = fmt::format("{}: asynchronous NCCL error: {}", what, ncclGetErrorString(state));
-    abort_locked(why);
-    throw PeerError(why + "; communicator aborted", "nccl");
+    abort_locked(why, {FailureKind::Transport, {}});
+    throw PeerError(cause, why + "; communicator aborted", "nccl");
   }
   // Holding `mutex` through `lock`: waits for a non-blocking call to leave ncclInProgress; aborts
   // on error or timeout. The lock is let go while sleeping, so abort() from another thread (a
@@ -130,13 +134,13 @@ struct CommHandle {
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
         const std::string why = fmt::format("{} failed: {}", what, ncclGetErrorString(state));
-        abort_locked(why);
-        throw PeerError(why + "; communicator aborted", "nccl");
+        abort_locked(why, {FailureKind::Transport, {}});
+        throw PeerError(cause, why + "; communicator aborted", "nccl");
       }
       if (Clock::now() > deadline) {
         const std::string why = fmt::format("{} did not finish within {} ms", what, limit.count());
-        abort_locked(why);
-        throw PeerError(why + "; communicator aborted", "nccl");
+        abort_locked(why, {FailureKind::Timeout, {}, std::chrono::duration<double>(limit).count()});
+        throw PeerError(cause, why + "; communicator aborted", "nccl");
       }
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(100));  // init and connects take ms
@@ -160,7 +164,10 @@ struct CommHandle {
       ncclCommAbort(comm);
     }
     comm = nullptr;
-    if (failure.empty()) failure = "the communicator was destroyed";
+    if (failure.empty()) {
+      failure = "the communicator was destroyed";
+      cause = {FailureKind::Aborted, {}};
+    }
   }
 };
 
@@ -187,16 +194,18 @@ class EventState final : public WorkState {
       cudaError_t rc = cudaEventQuery(done_);
       if (rc == cudaSuccess) return true;
       if (rc != cudaErrorNotReady) {
-        handle_->abort(fmt::format("{}: {}", what_, cudaGetErrorString(rc)));
-        throw PeerError(fmt::format("{}: CUDA error {}; communicator aborted", what_, cudaGetErrorString(rc)), "nccl");
+        handle_->abort(fmt::format("{}: {}", what_, cudaGetErrorString(rc)), {FailureKind::Transport, {}});
+        throw PeerError({FailureKind::Transport, {}},
+                        fmt::format("{}: CUDA error {}; communicator aborted", what_, cudaGetErrorString(rc)), "nccl");
       }
       {
         std::lock_guard lock(handle_->mutex);
         handle_->poll_async_error_locked(what_);
         if (Clock::now() > deadline_) {
           const std::string why = fmt::format("{} did not complete within {} ms", what_, handle_->timeout.count());
-          handle_->abort_locked(why);
-          throw PeerError(why + "; communicator aborted", "nccl");
+          const double waited = std::chrono::duration<double>(handle_->timeout).count();
+          handle_->abort_locked(why, {FailureKind::Timeout, {}, waited});
+          throw PeerError(handle_->cause, why + "; communicator aborted", "nccl");
         }
       }
       const auto now = Clock::now();
@@ -301,7 +310,8 @@ class NcclCommunicator final : public Communicator {
       if (rc == ncclInProgress) handle_->await_locked(lock, handle_->timeout, what);
       else if (rc != ncclSuccess) {
         const std::string why = fmt::format("{}: {}", what, ncclGetErrorString(rc));
-        if (rc != ncclInvalidArgument && rc != ncclInvalidUsage) handle_->abort_locked(why);
+        if (rc != ncclInvalidArgument && rc != ncclInvalidUsage)
+          handle_->abort_locked(why, {FailureKind::Transport, {}});
         throw_nccl(rc, what);  // a usage error enqueued nothing: the communicator stays usable
       }
       check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
@@ -365,7 +375,8 @@ void await_init(ncclComm_t comm, std::chrono::milliseconds limit, const std::str
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) throw_nccl(state, what);
     if (Clock::now() > deadline)
-      throw PeerError(fmt::format("{} did not finish within {} ms; communicator aborted", what, limit.count()), "nccl");
+      throw PeerError({FailureKind::Timeout, {}, std::chrono::duration<double>(limit).count()},
+                      fmt::format("{} did not finish within {} ms; communicator aborted", what, limit.count()), "nccl");
     std::this_thread::sleep_for(std::chrono::microseconds(100));  // fine enough to time init by
   }
 }

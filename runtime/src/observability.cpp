@@ -44,7 +44,8 @@ bool FlightRecorder::in_flight(std::uint64_t& seq, std::chrono::duration<double>
   return false;
 }
 
-void FlightRecorder::dump(const std::string& path, unsigned rank, const std::string& reason) const {
+void FlightRecorder::dump(const std::string& path, unsigned rank, const std::string& reason,
+                          const std::optional<CollectiveFailure>& failure) const {
   nlohmann::json ops = nlohmann::json::array();
   nlohmann::json flight = nullptr;
   {
@@ -60,8 +61,14 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   nlohmann::json doc = {{"rank", rank}, {"host", std::string(host)}, {"pid", static_cast<long>(::getpid())},
-                        {"reason", reason}, {"last_completed", last_completed_.load()},
+                        {"reason", reason}, {"failure", nullptr}, {"failure_ranks", nlohmann::json::array()},
+                        {"waited_s", nullptr}, {"last_completed", last_completed_.load()},
                         {"in_flight", flight}, {"ops", ops}};
+  if (failure) {
+    doc["failure"] = to_string(failure->kind);
+    doc["failure_ranks"] = failure->ranks;
+    if (failure->waited_s >= 0) doc["waited_s"] = failure->waited_s;
+  }
   std::ofstream out(path);
   out << doc.dump(2) << "\n";
 }
@@ -77,13 +84,17 @@ Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::m
       const auto since_beat = std::chrono::steady_clock::now().time_since_epoch() -
                               std::chrono::steady_clock::duration(last_beat_.load());
       std::string reason;
-      if (recorder_.in_flight(seq, age) && age > timeout_)
-        reason = fmt::format("collective #{} in flight for {:.1f} s (timeout {} ms)", seq, age.count(), timeout_.count());
-      else if (since_beat > timeout_)
-        reason = fmt::format("no step progress for {:.1f} s (timeout {} ms)",
-                             std::chrono::duration<double>(since_beat).count(), timeout_.count());
+      double waited = 0;
+      if (recorder_.in_flight(seq, age) && age > timeout_) {
+        waited = age.count();
+        reason = fmt::format("collective #{} in flight for {:.1f} s (timeout {} ms)", seq, waited, timeout_.count());
+      } else if (since_beat > timeout_) {
+        waited = std::chrono::duration<double>(since_beat).count();
+        reason = fmt::format("no step progress for {:.1f} s (timeout {} ms)", waited, timeout_.count());
+      }
       if (reason.empty()) continue;
-      recorder_.dump(path_, rank_, "watchdog: " + reason);
+      // This rank cannot tell whom it waits for: a timeout naming no rank.
+      recorder_.dump(path_, rank_, "watchdog: " + reason, CollectiveFailure{FailureKind::Timeout, {}, waited});
       std::fprintf(stderr, "trainrt: rank %u watchdog fired: %s; flight recorder in %s\n", rank_, reason.c_str(), path_.c_str());
       std::fflush(nullptr);
       std::_Exit(3);

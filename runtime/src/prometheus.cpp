@@ -1,18 +1,13 @@
 #include "trainrt/runtime/prometheus.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <set>
 
 #include "trainrt/error.hpp"
+#include "trainrt/printable.hpp"
+#include "trainrt/temp_file.hpp"
 
 namespace trainrt {
 
@@ -28,10 +23,11 @@ bool valid_name(const std::string& s, bool colon_ok) {
   return true;
 }
 
-// Label values: backslash, double quote and newline are escaped (the format's only escapes).
+// Label values: UTF-8 (the format says so; a byte that is not becomes U+FFFD), with backslash,
+// double quote and newline escaped (the format's only escapes).
 std::string escape_value(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : valid_utf8(s)) {
     if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
@@ -40,10 +36,10 @@ std::string escape_value(const std::string& s) {
   return out;
 }
 
-// HELP text: backslash and newline only.
+// HELP text: UTF-8 too, backslash and newline escaped.
 std::string escape_help(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : valid_utf8(s)) {
     if (c == '\\') out += "\\\\";
     else if (c == '\n') out += "\\n";
     else out += c;
@@ -56,14 +52,6 @@ std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   return fmt::format("{}", v);  // shortest round-trip form
 }
-
-// Closes on every path, so an early throw leaks no descriptor.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -100,35 +88,10 @@ std::string prometheus_text(const std::vector<PromSample>& samples) {
 }
 
 void write_prometheus_textfile(const std::string& path, const std::vector<PromSample>& samples) {
-  const std::string text = prometheus_text(samples);
-  // The temporary name does not end in .prom, so the collector skips it while it is written.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (f.fd < 0) throw Error(fmt::format("cannot create: {}", std::strerror(errno)), tmp);
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(f.fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::unlink(tmp.c_str());
-      throw Error(fmt::format("cannot write: {}", std::strerror(e)), tmp);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(f.fd) != 0 || ::close(f.fd) != 0) {
-    const int e = errno;
-    f.fd = -1;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot flush: {}", std::strerror(e)), tmp);
-  }
-  f.fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("cannot rename into place: {}", std::strerror(e)), path);
-  }
+  // The temporary name (<name>.tmp.<random>) does not end in .prom, so the collector skips it while
+  // it is written; it is created exclusively, so a FIFO or link another member of the folder's
+  // group planted is never opened (trainrt/temp_file.hpp).
+  replace_file(path, prometheus_text(samples), 0644, "Prometheus textfile");
 }
 
 double quantile(std::vector<double> values, double p) {

@@ -94,8 +94,9 @@ void ShmCommunicator::do_alltoallv(const std::byte* send, const std::vector<std:
   for (unsigned s = 0; s < size_; ++s)
     for (unsigned d = 0; d < size_; ++d)
       if (sent(s, d) != expected(d, s))
-        throw UsageError(fmt::format("alltoallv #{}: rank {} sends {} bytes to rank {}, which expects {}", current_.op_seq, s,
-                                     sent(s, d), d, expected(d, s)),
+        throw UsageError({FailureKind::Mismatch, {s, d}},
+                         fmt::format("alltoallv #{}: rank {} sends {} bytes to rank {}, which expects {}",
+                                     current_.op_seq, s, sent(s, d), d, expected(d, s)),
                          "shm");
   std::vector<std::size_t> send_at(size_ + 1, 0), recv_at(size_ + 1, 0);
   for (unsigned r = 0; r < size_; ++r) send_at[r + 1] = send_at[r] + send_bytes[r], recv_at[r + 1] = recv_at[r] + recv_bytes[r];

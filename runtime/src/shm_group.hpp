@@ -192,47 +192,54 @@ class ShmCommunicator final : public HostCommunicator {
         if (now < next_check) continue;
         next_check = now + std::chrono::milliseconds(20);
         fail_if_peer_gone(r, what);
-        if (now - start > options_.timeout)
-          throw PeerError(fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
-                                  to_string(current_.kind), current_.op_seq, what, options_.timeout.count(),
-                                  missing(field, seq)),
-                      "shm");
+        if (now - start > options_.timeout) {
+          const std::vector<unsigned> late = missing(field, seq);
+          throw PeerError({FailureKind::Timeout, late, std::chrono::duration<double>(options_.timeout).count()},
+                          fmt::format("rank {}: {} #{} ({}) timed out after {} ms waiting for rank(s) {}", rank_,
+                                      to_string(current_.kind), current_.op_seq, what, options_.timeout.count(),
+                                      fmt::join(late, ",")),
+                          "shm");
+        }
       }
     }
   }
 
   void fail_if_peer_gone(unsigned r, const char* what) {
     if (ctl(rank_).failed.load(std::memory_order_acquire))  // abort() from another thread
-      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted on this rank", rank_, to_string(current_.kind),
+      throw PeerError({FailureKind::Aborted, {}},
+                      fmt::format("rank {}: {} #{} ({}) aborted on this rank", rank_, to_string(current_.kind),
                                   current_.op_seq, what),
                       "shm");
     if (ctl(r).failed.load(std::memory_order_acquire))
-      throw PeerError(fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_, to_string(current_.kind),
-                              current_.op_seq, what, r),
-                  "shm");
+      throw PeerError({FailureKind::Aborted, {r}},
+                      fmt::format("rank {}: {} #{} ({}) aborted because rank {} failed", rank_,
+                                  to_string(current_.kind), current_.op_seq, what, r),
+                      "shm");
     if (::kill(ctl(r).pid, 0) != 0 && errno == ESRCH)
-      throw PeerError(fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
-                              current_.op_seq, what, r, ctl(r).pid),
-                  "shm");
+      throw PeerError({FailureKind::DeadPeer, {r}},
+                      fmt::format("rank {}: {} #{} ({}): rank {} (pid {}) died", rank_, to_string(current_.kind),
+                                  current_.op_seq, what, r, ctl(r).pid),
+                      "shm");
   }
 
-  std::string missing(std::atomic<std::uint64_t> RankControl::*field, std::uint64_t seq) const {
+  std::vector<unsigned> missing(std::atomic<std::uint64_t> RankControl::*field, std::uint64_t seq) const {
     std::vector<unsigned> late;
     for (unsigned r = 0; r < size_; ++r)
       if ((ctl(r).*field).load(std::memory_order_acquire) < seq) late.push_back(r);
-    return fmt::format("{}", fmt::join(late, ","));
+    return late;
   }
 
   void check_descriptors() const {
     for (unsigned r = 0; r < size_; ++r) {
       const Descriptor& d = ctl(r).desc[seq_ % 2];
       if (d == current_) continue;
-      throw UsageError(fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while rank {} "
-                              "called {} #{} (count {}, {}, {}, root {})",
-                              rank_, to_string(current_.kind), current_.op_seq, current_.count,
-                              to_string(current_.dtype), to_string(current_.op), current_.root, r, to_string(d.kind),
-                              d.op_seq, d.count, to_string(d.dtype), to_string(d.op), d.root),
-                  "shm");
+      throw UsageError({FailureKind::Mismatch, {r}},
+                       fmt::format("mismatched collectives: rank {} called {} #{} (count {}, {}, {}, root {}) while "
+                                   "rank {} called {} #{} (count {}, {}, {}, root {})",
+                                   rank_, to_string(current_.kind), current_.op_seq, current_.count,
+                                   to_string(current_.dtype), to_string(current_.op), current_.root, r,
+                                   to_string(d.kind), d.op_seq, d.count, to_string(d.dtype), to_string(d.op), d.root),
+                       "shm");
     }
   }
 
@@ -283,9 +290,11 @@ class ShmCommunicator final : public HostCommunicator {
       ssize_t n = ::process_vm_readv(ctl(r).pid, &local, 1, &remote, 1, 0);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0)
-        throw PeerError(fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_, to_string(current_.kind),
-                                current_.op_seq, r, ctl(r).pid, n < 0 ? std::strerror(errno) : "nothing read"),
-                    "shm");
+        throw PeerError({FailureKind::Transport, {r}},
+                        fmt::format("rank {}: {} #{}: reading rank {} (pid {}) failed: {}", rank_,
+                                    to_string(current_.kind), current_.op_seq, r, ctl(r).pid,
+                                    n < 0 ? std::strerror(errno) : "nothing read"),
+                        "shm");
       done += static_cast<std::size_t>(n);
     }
   }

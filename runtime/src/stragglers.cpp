@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "trainrt/printable.hpp"
 #include "trainrt/runtime/communicator.hpp"
 
 namespace trainrt {
@@ -61,7 +62,9 @@ std::vector<double> share_step_times(Communicator& comm, double my_seconds) {
 
 std::vector<std::string> share_node_names(Communicator& comm, const std::string& my_node) {
   char mine[kNodeNameBytes] = {};
-  std::memcpy(mine, my_node.data(), std::min(my_node.size(), kNodeNameBytes - 1));
+  // Cut on a character boundary: the names end up in metrics JSON and Prometheus labels.
+  const std::string_view cut = utf8_prefix(my_node, kNodeNameBytes - 1);
+  std::memcpy(mine, cut.data(), cut.size());
   // F64 blocks keep the transfer in a dtype every backend takes; 64 bytes are 8 of them.
   static_assert(kNodeNameBytes % 8 == 0);
   std::vector<char> all(comm.size() * kNodeNameBytes);
@@ -75,7 +78,7 @@ std::vector<std::string> share_node_names(Communicator& comm, const std::string&
 }
 
 std::string local_node_name() {
-  if (const char* s = std::getenv("SLURMD_NODENAME"); s && *s) return std::string(s).substr(0, kNodeNameBytes - 1);
+  if (const char* s = std::getenv("SLURMD_NODENAME"); s && *s) return std::string(utf8_prefix(s, kNodeNameBytes - 1));
   char host[HOST_NAME_MAX + 1] = {};
   if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
   return host;

@@ -58,7 +58,7 @@ class SubSession final : public bootstrap::Session {
   }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
     if (root >= members_.size())
-      throw Error(fmt::format("broadcast root {} outside a group of {}", root, members_.size()), "bootstrap");
+      throw UsageError(fmt::format("broadcast root {} outside a group of {}", root, members_.size()), "bootstrap");
     if (!is_member()) return {};
     const std::string key = fmt::format("sub{}.bcast{}", instance_, broadcasts_++);
     if (index_ == static_cast<int>(root)) {

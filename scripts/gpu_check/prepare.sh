@@ -100,6 +100,17 @@ prepare() {
   whl=$(ls "$carry"/wheels/nanobind-"$nb"-py3-none-any.whl 2>/dev/null | head -1)
   [[ -n $whl ]] || die "pip download nanobind==$nb gave no pure-Python wheel: $(ls "$carry/wheels")"
   printf 'wheels/%s\t%s\tPyPI (pin of scripts/python-env.sh)\t%s\n' "$(basename "$whl")" "$nb" "$(sha256 "$whl")" >>"$carry/CARRY.tsv"
+  # pytest and what it needs, as Debian's python3-pytest on the CPU machine (the python.* tests
+  # run under it; the GPU image may lack it). Pure Python, for the image's python3 3.12.
+  local pt
+  pt=$(dpkg-query -W -f='${Version}' python3-pytest 2>/dev/null | cut -d- -f1)
+  python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+    -d "$carry/wheels/pytest" "pytest==${pt:-7.2.1}" >>"$carry/download.log" 2>&1 ||
+    die "pip download pytest==${pt:-7.2.1} failed: $(tail -2 "$carry/download.log")"
+  for whl in "$carry"/wheels/pytest/*.whl; do
+    printf 'wheels/pytest/%s\t%s\tPyPI (pytest %s and its dependencies)\t%s\n' "$(basename "$whl")" \
+      "$(basename "$whl" | cut -d- -f2)" "${pt:-7.2.1}" "$(sha256 "$whl")" >>"$carry/CARRY.tsv"
+  done
   for v in $nccl_versions; do carry_nccl_header "$v"; done
 
   local total carry_bytes

@@ -121,8 +121,28 @@ pins() {
     else bad+=("the carried nanobind $nb does not import first ($got)"); nb_site=""; fi
   fi
   find_nccl || bad+=("$nccl_line")
+  pytest_for_python_tests || bad+=("$pytest_line")
   if ((${#bad[@]})); then step_result pins FAIL "$(elapsed "$t0")" "${bad[*]}"
-  else step_result pins PASS "$(elapsed "$t0")" "nanobind $nanobind_line; NCCL $nccl_line"; fi
+  else step_result pins PASS "$(elapsed "$t0")" "nanobind $nanobind_line; NCCL $nccl_line; pytest $pytest_line"; fi
+}
+
+# The python.* tests run under pytest: the image's own, else the carried wheels (checksums of
+# CARRY.tsv) installed offline into python3. Sets pytest_line.
+pytest_for_python_tests() {
+  local w have
+  have=$(cd / && timeout 60 python3 -c 'import pytest; print(pytest.__version__)' 2>/dev/null)
+  if [[ -n $have ]]; then pytest_line="$have (the image's)"; return 0; fi
+  # Installing touches python3's site-packages: only on the lent machine, never on the CPU one.
+  if ((no_gpu)); then pytest_line="none (--no-gpu: the carried wheels are installed only on the GPU machine)"; return 0; fi
+  for w in "$carry"/wheels/pytest/*.whl; do
+    [[ -n $(carried_file "wheels/pytest/$(basename "$w")") ]] || { pytest_line="carried wheel $(basename "$w") fails its checksum"; return 1; }
+  done
+  if ! timeout 120 python3 -m pip install --quiet --no-index --find-links "$carry/wheels/pytest" pytest >"$logs/pytest-install.log" 2>&1; then
+    pytest_line="installing the carried pytest failed: $(tail -1 "$logs/pytest-install.log")"
+    return 1
+  fi
+  have=$(cd / && timeout 60 python3 -c 'import pytest; print(pytest.__version__)' 2>&1 | tail -1)
+  pytest_line="$have from the carried wheels"
 }
 
 # NCCL for the build: the library of python3's nvidia-nccl wheel (the one torch loads), and the

@@ -9,9 +9,9 @@
 EXPECTED_GPU_TESTS=(kernels.gpu_vs_cpu runtime.nccl.collectives.gpu runtime.nccl.timeout_abort.gpu
                     checkpoint.device_round_trip trainer.resume_bitwise.gpu python.cuda)
 
-T_KERNELS_BENCH=tests/perf/kernels-bench
-T_NCCL_BENCH=tests/perf/nccl-bench
-T_CKPT_BENCH=tests/perf/ckpt-device-bench
+T_KERNELS_BENCH=benchmarks/kernels-bench
+T_NCCL_BENCH=benchmarks/nccl-bench
+T_CKPT_BENCH=benchmarks/ckpt-device-bench
 T_TRAINER=slurm_examples/trainer/train-mlp
 T_MODULE=_trainrt
 # The sanitizer's targets (--sanitize TOOL:NAME): the kernel test, the device-checkpoint test, and a
@@ -133,7 +133,7 @@ step_ckpt() {
 
 # The big checkpoint, one repeat each, last in its call and only where it fits: host memory for
 # ckpt-device-bench's three pinned copies plus 2 GiB, the disk for two steps plus 1 GiB (its own
-# rules, tests/perf/ckpt_device_bench.cpp), and what is left of the budget.
+# rules, benchmarks/programs/ckpt_device_bench.cpp), and what is left of the budget.
 step_ckpt_big() {
   ((ckpt_big > 0)) || return 0
   local gib=$(((ckpt_big + 1023) / 1024)) avail disk dir=$build/ckpt-bench

@@ -119,7 +119,7 @@ cmd_delay() {  # cmd_delay US
   done
   stop_pidfile "$dir/link_delay.pid" link_delay
   ((us > 0)) || { log "links undelayed"; return 0; }
-  local tool=$build/tests/perf/link_delay
+  local tool=$build/benchmarks/link_delay
   [[ -x $tool ]] || die "delay: $tool is not built (ninja link_delay in $build)"
   command -v iptables-legacy >/dev/null || die "delay: iptables-legacy is missing (apt-get install iptables)"
   setsid "$tool" "$us" "${nss[@]/#//run/netns/}" </dev/null >/dev/null 2>>"$dir/link_delay.log" &
@@ -172,7 +172,7 @@ cmd_run() {
 
 xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node line
   local topo=$1 json cpus gpus numa
-  json=$("$build/topology/trainrt-topo" --xml "$topo" --policy none --tasks 1 --format json) ||
+  json=$("$build/topology/trainrt-topo" show --xml "$topo" --policy none --tasks 1 --format json) ||
     die "cannot read topology $topo"
   cpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["node"]["cores"])' <<<"$json")
   gpus=$(python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["gpus"]))' <<<"$json")

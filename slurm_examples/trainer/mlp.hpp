@@ -70,9 +70,25 @@ class Engine {
   virtual void optimizer_step(float lr, std::uint64_t step) = 0;
   // The parameters as host vectors (the cuda engine copies them back and waits).
   virtual HostParams download_params() = 0;
+  // After a restore filled the registered buffers: engines that keep another copy refresh it.
+  virtual void state_restored() {}
 };
 
+// The cpu engine's forward and backward pass over one batch: gradients into `g` (overwritten),
+// activations into the scratch vectors; returns the batch's mean squared error.
+struct Scratch {
+  std::vector<float> h, dy, dh;
+  explicit Scratch(const Shapes& s) : h(s.rows * s.hidden), dy(s.rows), dh(s.hidden) {}
+};
+float cpu_forward_backward(const Shapes& s, const HostParams& w, const Batch& b, HostParams& g, Scratch& scratch);
+
 std::unique_ptr<Engine> make_cpu_engine(trainrt::Runtime& rt, const Shapes& shapes, std::uint64_t seed);
+// ZeRO-1 on the cpu engine (--shard-optimizer, mlp_cpu_sharded.cpp): each rank keeps AdamW's
+// moments for its slice of the flattened parameters only; gradients are reduce-scattered, each rank
+// updates its slice and the parameters are allgathered. The moments are checkpointed as chunks of
+// two global tensors, so a run restores them at another world size. Bitwise deterministic for a
+// fixed world size.
+std::unique_ptr<Engine> make_sharded_cpu_engine(trainrt::Runtime& rt, const Shapes& shapes, std::uint64_t seed);
 // Needs a CUDA build with cuBLAS and NCCL and the runtime's device communicator (rt.device);
 // throws trainrt::Error otherwise.
 std::unique_ptr<Engine> make_cuda_engine(trainrt::Runtime& rt, const Shapes& shapes, std::uint64_t seed);

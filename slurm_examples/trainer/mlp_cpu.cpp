@@ -48,6 +48,35 @@ std::uint64_t params_digest(HostParams& params) {
   return digest;
 }
 
+float cpu_forward_backward(const Shapes& s, const HostParams& w, const Batch& b, HostParams& g, Scratch& scratch) {
+  const std::size_t in = s.in, hidden = s.hidden, rows = s.rows;
+  auto& h_ = scratch.h;
+  auto& dy_ = scratch.dy;
+  auto& dh_ = scratch.dh;
+  for (auto* t : g.tensors()) std::fill(t->begin(), t->end(), 0.f);
+  float local_loss = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float out = w.b2[0];
+    for (std::size_t k = 0; k < hidden; ++k) {
+      float a = w.b1[k];
+      for (std::size_t j = 0; j < in; ++j) a += b.x[r * in + j] * w.w1[j * hidden + k];
+      h_[r * hidden + k] = a > 0 ? a : 0;
+      out += h_[r * hidden + k] * w.w2[k];
+    }
+    const float err = out - b.y[r];
+    local_loss += err * err;
+    dy_[r] = 2.f * err / static_cast<float>(rows);
+    g.b2[0] += dy_[r];
+    for (std::size_t k = 0; k < hidden; ++k) {
+      g.w2[k] += h_[r * hidden + k] * dy_[r];
+      dh_[k] = h_[r * hidden + k] > 0 ? dy_[r] * w.w2[k] : 0.f;
+      g.b1[k] += dh_[k];
+      for (std::size_t j = 0; j < in; ++j) g.w1[j * hidden + k] += b.x[r * in + j] * dh_[k];
+    }
+  }
+  return local_loss / static_cast<float>(rows);
+}
+
 namespace {
 
 template <typename Ref>
@@ -61,7 +90,7 @@ class CpuEngine final : public Engine {
  public:
   CpuEngine(Runtime& rt, const Shapes& shapes, std::uint64_t seed)
       : s_(shapes), params_(initial_params(shapes, seed)), m_(shapes), v_(shapes), g_(shapes),
-        h_(shapes.rows * shapes.hidden), dy_(shapes.rows), dh_(shapes.hidden),
+        scratch_(shapes),
         bucketer_(*rt.host, refs<kernels::TensorRef>(g_), DType::F32, 8 << 10) {
     p_refs_ = refs<kernels::TensorRef>(params_);
     m_refs_ = refs<kernels::TensorRef>(m_);
@@ -83,32 +112,7 @@ class CpuEngine final : public Engine {
     reg("adam_v", v_);
   }
 
-  float forward_backward(const Batch& b) override {
-    const std::size_t in = s_.in, hidden = s_.hidden, rows = s_.rows;
-    const HostParams& w = params_;
-    for (auto* t : g_.tensors()) std::fill(t->begin(), t->end(), 0.f);
-    float local_loss = 0;
-    for (std::size_t r = 0; r < rows; ++r) {
-      float out = w.b2[0];
-      for (std::size_t k = 0; k < hidden; ++k) {
-        float a = w.b1[k];
-        for (std::size_t j = 0; j < in; ++j) a += b.x[r * in + j] * w.w1[j * hidden + k];
-        h_[r * hidden + k] = a > 0 ? a : 0;
-        out += h_[r * hidden + k] * w.w2[k];
-      }
-      const float err = out - b.y[r];
-      local_loss += err * err;
-      dy_[r] = 2.f * err / static_cast<float>(rows);
-      g_.b2[0] += dy_[r];
-      for (std::size_t k = 0; k < hidden; ++k) {
-        g_.w2[k] += h_[r * hidden + k] * dy_[r];
-        dh_[k] = h_[r * hidden + k] > 0 ? dy_[r] * w.w2[k] : 0.f;
-        g_.b1[k] += dh_[k];
-        for (std::size_t j = 0; j < in; ++j) g_.w1[j * hidden + k] += b.x[r * in + j] * dh_[k];
-      }
-    }
-    return local_loss / static_cast<float>(rows);
-  }
+  float forward_backward(const Batch& b) override { return cpu_forward_backward(s_, params_, b, g_, scratch_); }
 
   void allreduce_gradients() override { bucketer_.allreduce(ReduceOp::Avg); }
 
@@ -124,7 +128,7 @@ class CpuEngine final : public Engine {
  private:
   Shapes s_;
   HostParams params_, m_, v_, g_;
-  std::vector<float> h_, dy_, dh_;  // activations and their gradients, reused every step
+  Scratch scratch_;  // activations and their gradients, reused every step
   GradientBucketer bucketer_;
   std::vector<kernels::TensorRef> p_refs_, m_refs_, v_refs_;
   std::vector<kernels::ConstTensorRef> g_refs_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace train_mlp {
@@ -13,15 +14,16 @@ namespace train_mlp {
 Fault parse_fault(const std::string& text) {
   std::vector<std::string> parts;
   for (auto part : trainrt::split(text, ':')) parts.emplace_back(part);
+  const auto rank = parts.size() >= 3 ? trainrt::to_number<unsigned>(parts[1]) : std::nullopt;
+  const auto step = parts.size() >= 3 ? trainrt::to_number<std::uint64_t>(parts[2]) : std::nullopt;
   try {
-    if (parts.size() == 3 && parts[0] == "kill") return {"kill", static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), 0};
-    if (parts.size() == 4 && (parts[0] == "stall" || parts[0] == "slow")) {
+    if (rank && step && parts.size() == 3 && parts[0] == "kill") return {"kill", *rank, *step, 0};
+    if (rank && step && parts.size() == 4 && (parts[0] == "stall" || parts[0] == "slow")) {
       const double seconds = std::stod(parts[3]);
       // A delay is finite and under a day: anything else is a typo, not a test.
-      if (seconds >= 0 && seconds < 86400)
-        return {parts[0], static_cast<unsigned>(std::stoul(parts[1])), std::stoull(parts[2]), seconds};
+      if (seconds >= 0 && seconds < 86400) return {parts[0], *rank, *step, seconds};
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception&) {  // std::stod: not a number of seconds
   }
   throw trainrt::Error(
       fmt::format("'{}' is not kill:RANK:STEP, stall:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS", text), "--fault");
@@ -57,6 +59,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "--straggler-every steps and at the end; %n: the node name (e.g. "
                  "/var/lib/prometheus/node-exporter/train-%n.prom)");
   app.add_option("--dump-params", o.dump_params, "rank 0 writes the final parameters (raw f32: w1, b1, w2, b2) to this file");
+  app.add_flag("--shard-optimizer", o.shard_optimizer,
+               "keep AdamW's moments sharded across the ranks (ZeRO-1: reduce-scatter the gradients, update the owned "
+               "slice, allgather the parameters); its checkpoints restore at another world size. cpu engine only");
   app.add_flag("--check-device", o.check_device,
                "only check for a usable CUDA device: exit 0 when there is one, 77 when there is none (or no driver), "
                "1 on any other CUDA error");

@@ -22,6 +22,7 @@ struct Options {
   std::string device = "auto";  // auto | cuda | cpu
   std::string dump_params;      // rank 0 writes the final parameters' raw f32 bytes here
   bool check_device = false;    // only say whether a CUDA device is usable (exit 0 / 77 / 1)
+  bool shard_optimizer = false;  // ZeRO-1: AdamW's moments sharded across the ranks (cpu engine)
   std::optional<Fault> fault;
   std::uint64_t straggler_every = 50;  // steps between straggler checks (0: never)
   double straggler_threshold = 0.2;    // a straggler computes more than this fraction above the median

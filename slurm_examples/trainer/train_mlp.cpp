@@ -55,6 +55,8 @@ InitOptions init_options(const Options& o) {
 
 std::unique_ptr<Engine> make_engine(Runtime& rt, const Options& o, const Shapes& shapes) {
   const bool cuda = o.device == "cuda" || (o.device == "auto" && rt.device && cuda_engine_built());
+  if (o.shard_optimizer && cuda) throw Error("the sharded optimizer runs on the cpu engine: add --device cpu", "--shard-optimizer");
+  if (o.shard_optimizer) return make_sharded_cpu_engine(rt, shapes, o.seed);
   return cuda ? make_cuda_engine(rt, shapes, o.seed) : make_cpu_engine(rt, shapes, o.seed);
 }
 
@@ -98,7 +100,10 @@ std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, st
   engine.register_state(ckpt);
   ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
   std::uint64_t done = 0;
-  if (ckpt.restore() >= 0) std::memcpy(&done, step_blob.data(), 8);
+  if (ckpt.restore() >= 0) {
+    std::memcpy(&done, step_blob.data(), 8);
+    engine.state_restored();
+  }
   return done;
 }
 
@@ -187,7 +192,7 @@ class Trainer {
       engine_.allreduce_gradients();
       rt_.host->allreduce(&local_loss, &loss, 1, DType::F32, ReduceOp::Avg);
     } catch (const Error& e) {
-      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()));
+      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()), e.failure());
       std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank_,
                    static_cast<unsigned long long>(seq), static_cast<unsigned long long>(step), e.what(),
                    rep_.flight_path.c_str());
@@ -266,6 +271,7 @@ int train(const Options& o) {
   checkpoint::Options co;
   co.directory = o.ckpt_dir;
   co.keep_last = 2;
+  co.host = rt->host.get();  // a restore at another world size moves sharded state through it
   co.log = [rank](const std::string& msg) {
     if (rank == 0) fmt::print("{}\n", msg);
   };

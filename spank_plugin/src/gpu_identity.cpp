@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <memory>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
@@ -40,12 +40,7 @@ DriverGpu parse_driver_information(std::string_view folder_busid, std::string_vi
   g.busid = lower(folder_busid);
   for (std::string_view line : split(text, '\n')) {
     if (line.rfind("Device Minor:", 0) == 0) {
-      std::string_view v = value_of(line);
-      int m = -1;
-      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), m);
-      if (ec != std::errc() || p != v.data() + v.size() || m < 0 || m > 1 << 20)
-        throw Error(fmt::format("Device Minor '{}' is not a number", v), std::string(folder_busid));
-      g.minor = m;
+      g.minor = static_cast<int>(parse_number(value_of(line), "a Device Minor number", 0u, 1u << 20, folder_busid));
     } else if (line.rfind("GPU UUID:", 0) == 0) {
       g.uuid = std::string(value_of(line)).substr(0, 128);
     } else if (line.rfind("Bus Location:", 0) == 0) {

@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <memory>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/small_file.hpp"
 #include "trainrt/strings.hpp"
 
@@ -24,12 +24,8 @@ constexpr unsigned kBandWidth = 12768;     // 20000..32767 with Linux's default 
 constexpr std::size_t kMaxProcFile = 16384;
 constexpr std::size_t kMaxReservedRanges = 4096;
 
-unsigned parse_port(std::string_view text, std::string_view what) {
-  unsigned v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size() || v > 65535)
-    throw Error(fmt::format("'{}' is not a port number", text), std::string(what));
-  return v;
+unsigned parse_port(std::string_view text, std::string_view file) {
+  return parse_number(text, "a port number", 0u, 65535u, file);
 }
 
 std::string_view trim(std::string_view s) {

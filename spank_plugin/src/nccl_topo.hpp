@@ -2,7 +2,7 @@
 // Whether a step exports NCCL_TOPO_FILE (plugstack nccl_topo=auto|always|off), as pure functions of
 // what the node says, so every rule is unit-tested without Slurm. NCCL's advice for VMs: hand it a
 // topology file holding a PCI tree equivalent to the host's, since a guest's own sysfs shows a flat
-// or made-up one. The file is the one `trainrt-topo --write-cache` writes (root) beside the cache;
+// or made-up one. The file is the one `trainrt-topo write-cache` writes (root) beside the cache;
 // the plugin never writes one (it runs as the user, in slurmstepd).
 #include <string>
 #include <string_view>
@@ -56,7 +56,7 @@ NcclTopoChoice choose_nccl_topo(const NcclTopoInput& in, CheckFile&& check_file)
     return {"", "NCCL_TOPO_FILE=" + printable(in.user_value) + " from the job's environment is kept"};
   if (!in.cache_used)
     return {"", "no NCCL_TOPO_FILE: the node's topology did not come from a fresh digested cache "
-                "(trainrt-topo --write-cache writes both)"};
+                "(trainrt-topo write-cache writes both)"};
   return nccl_topo_file_choice(in, check_file());
 }
 

@@ -2,11 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <set>
 #include <utility>
 
+#include "trainrt/data_interface.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::spank {
@@ -58,19 +59,6 @@ const char* name_of(const std::pair<const char*, E> (&table)[N], E value) {
 
 }  // namespace
 
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '\\') {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 const char* to_string(BindMode mode) { return name_of(kBind, mode); }
 const char* to_string(NcclTopo mode) { return name_of(kNcclTopo, mode); }
 
@@ -109,12 +97,11 @@ UserOptions parse_user_options(std::string_view text) {
     } else if (key == "launcher") {
       o.launcher = value ? choose(kLauncher, "launcher mode", need_value()) : LauncherMode::On;
     } else if (key == "tasks-per-gpu") {
-      std::string_view v = need_value();
-      unsigned n = 0;
-      auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (ec != std::errc() || ptr != v.data() + v.size()) reject(fmt::format("tasks-per-gpu '{}' is not a number", printable(v)));
-      if (n < 1 || n > kMaxTasksPerGpu) reject(fmt::format("tasks-per-gpu '{}' is out of range", printable(v)));
-      o.tasks_per_gpu = n;
+      try {
+        o.tasks_per_gpu = parse_number(need_value(), "a number of tasks per GPU", 1u, kMaxTasksPerGpu, "tasks-per-gpu");
+      } catch (const Error& e) {
+        reject(e.what());
+      }
     } else if (key == "show") {
       no_value();
       o.show = true;
@@ -242,9 +229,11 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args) {
     } else if (key == "rail_ids") {
       c.rail_ids = flag(key, value);
     } else if (key == "ifname") {
-      // Linux interface names: at most 15 bytes, no '/' or whitespace.
-      if (value.size() > 15 || value.find_first_of("/ \t") != std::string::npos || value == "." || value == "..")
-        throw bad(key, value);
+      try {
+        check_interface_name(value, "ifname");  // the rule every reader of an interface name applies
+      } catch (const Error& e) {
+        throw Error(fmt::format("plugstack.conf: {}; {}", e.what(), valid));
+      }
       c.ifname = value;
     } else {
       throw Error(fmt::format("plugstack.conf: unknown key '{}'; {}", printable(key), valid));

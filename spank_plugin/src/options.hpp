@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainrt/printable.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
 
@@ -44,7 +45,7 @@ std::string user_help();
 
 enum class Enable { Default, Always, Never };
 // NCCL_TOPO_FILE: exported on virtual machines (auto), on every node (always) or never (off). The file
-// is the one `trainrt-topo --write-cache` writes beside the cache (topo::nccl_topo_path).
+// is the one `trainrt-topo write-cache` writes beside the cache (topo::nccl_topo_path).
 enum class NcclTopo { Auto, Always, Off };
 
 struct AdminConfig {
@@ -66,7 +67,9 @@ AdminConfig parse_admin_args(const std::vector<std::string>& args);
 
 const char* to_string(BindMode mode);
 const char* to_string(NcclTopo mode);
-// Control bytes and bytes >= 0x7f as \xNN: for anything a user or a file wrote that we print.
-std::string printable(std::string_view s);
+// Anything a user, the site or a file wrote, made safe to print on one line: common's escaper
+// (trainrt/printable.hpp), a backslash written as \x5c so "\x41" in the input stays apart from an
+// escaped byte.
+inline std::string printable(std::string_view s) { return printable_line(s, Backslash::hex); }
 
 }  // namespace trainrt::spank

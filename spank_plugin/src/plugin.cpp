@@ -12,7 +12,6 @@ extern "C" {
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -25,7 +24,9 @@ extern "C" {
 #include "options.hpp"
 #include "step_plan.hpp"
 #include "task_plan.hpp"
+#include "trainrt/data_interface.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 
@@ -152,15 +153,17 @@ topo::CpuSet own_affinity() {
   throw trainrt::Error("sched_getaffinity failed");
 }
 
-unsigned parse_count(const std::string& text) {
-  unsigned v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  return ec == std::errc() && p == text.data() + text.size() && v <= 1024 ? v : 0;
-}
 
 void choose_network(spank_t sp, StepFacts& f) {
-  std::string user_if = job_getenv(sp, "TRAINRT_IFNAME");
-  f.ifname = user_if.empty() ? state().admin.ifname : parse_admin_args({"ifname=" + user_if}).ifname;
+  // The job's own variables first, then the site's ifname=: the rule the runtime and trainrt.torch
+  // apply too (trainrt/data_interface.hpp), so MASTER_ADDR is on the network they use.
+  f.ifname = trainrt::data_interface(
+                 [&](std::string_view name) -> std::optional<std::string> {
+                   std::string v = job_getenv(sp, std::string(name).c_str());
+                   return v.empty() ? std::nullopt : std::optional<std::string>(std::move(v));
+                 },
+                 trainrt::node_interfaces(), state().admin.ifname, "plugstack.conf ifname")
+                 .name;
   MasterInput in;
   in.first_host = first_host(f.step_nodelist.empty() ? f.hostname : f.step_nodelist);
   in.this_is_first = f.node_id == 0;
@@ -200,7 +203,8 @@ StepFacts gather_facts(spank_t sp, bool live) {
   f.step_nodelist = job_getenv(sp, "SLURM_STEP_NODELIST");
   f.step_gpus = job_getenv(sp, "SLURM_STEP_GPUS");
   f.cuda_visible_devices = job_getenv(sp, "CUDA_VISIBLE_DEVICES");
-  f.gpus_per_task = parse_count(job_getenv(sp, "SLURM_GPUS_PER_TASK"));
+  // Not a count: taken as --gpus-per-task not given (0), so no per-task GPU binding is assumed.
+  f.gpus_per_task = trainrt::to_number(job_getenv(sp, "SLURM_GPUS_PER_TASK"), 0u, 1024u).value_or(0);
   f.gpu_bind = job_getenv(sp, "SLURM_GPU_BIND");
   if (live) {
     f.stepd_affinity = own_affinity();
@@ -242,12 +246,13 @@ void apply_binding(const FinalTask& t) {
   if (rc != 0) throw trainrt::Error(fmt::format("set_mempolicy(NUMA {}) failed", fmt::join(t.mems, ",")));
 }
 
-// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when). The file's check runs only
-// when it decides something; in auto mode every step reads the VM test's few small files, which
-// is how it tells bare metal, where nothing more is read.
-void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan& plan) {
+// NCCL_TOPO_FILE for every task of the step (nccl_topo.hpp says when), into the facts the plan
+// renders; returns the note to log, or "". The file's check runs only when it decides something;
+// in auto mode every step reads the VM test's few small files, which is how it tells bare metal,
+// where nothing more is read.
+std::string choose_nccl_topo_file(spank_t sp, const topo::Node& node, bool cache_used, StepFacts& facts) {
   const AdminConfig& admin = state().admin;
-  if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return;
+  if (admin.nccl_topo == NcclTopo::Off || admin.topology_cache.empty()) return {};
   NcclTopoInput in;
   in.mode = admin.nccl_topo;
   in.is_vm = in.mode == NcclTopo::Auto && this_node_is_vm();
@@ -255,9 +260,8 @@ void add_nccl_topo(spank_t sp, const topo::Node& node, bool cache_used, StepPlan
   in.path = topo::nccl_topo_path(admin.topology_cache);
   in.user_value = job_getenv(sp, "NCCL_TOPO_FILE");
   NcclTopoChoice c = choose_nccl_topo(in, [&] { return topo::check_nccl_topo_file(node, in.path); });
-  if (!c.note.empty()) plan.notes.push_back(c.note);
-  if (c.export_path.empty()) return;
-  for (auto& t : plan.tasks) t.env.push_back({"NCCL_TOPO_FILE", c.export_path});
+  facts.nccl_topo_file = c.export_path;
+  return c.note;
 }
 
 bool is_special_step(uint32_t step_id) {
@@ -324,7 +328,7 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       UserOptions user = merged_options(job_getenv(sp, "TRAINRT_OPTS"));
       s.show = user.show;
       const bool live = s.admin.topology_xml.empty();
-      // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo --write-cache`) when
+      // The digested cache (topo::kDefaultCachePath, written by `trainrt-topo write-cache`) when
       // fresh for this source, else discovery as before, saying why the cache was passed over.
       // topology_cache=off gives an empty path: discovery every step.
       std::string cache_note;
@@ -333,8 +337,10 @@ int slurm_spank_user_init(spank_t sp, int, char**) {
       topo::Node node = live ? topo::load_cached_or_live(&cache_note, cache, &cache_used)
                              : topo::load_cached_or_file(s.admin.topology_xml, &cache_note, cache, &cache_used);
       if (!cache_note.empty()) slurm_info("train-runtime: %s", printable(cache_note).c_str());
-      s.plan = plan_step(node, live, gather_facts(sp, live), user, s.admin);
-      add_nccl_topo(sp, node, cache_used, *s.plan);
+      StepFacts facts = gather_facts(sp, live);
+      const std::string nccl_topo_note = choose_nccl_topo_file(sp, node, cache_used, facts);
+      s.plan = plan_step(node, live, facts, user, s.admin);
+      if (!nccl_topo_note.empty()) s.plan->notes.push_back(nccl_topo_note);
       for (const auto& n : s.plan->notes) slurm_info("train-runtime: %s", printable(n).c_str());
     } catch (const std::exception& e) {
       // user_init errors do not fail an srun step; keep them for task_init, which can.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 #include "trainrt/topology/render.hpp"
 
@@ -17,10 +18,6 @@ std::vector<std::string> split_list(const std::string& text) {
   for (auto part : split(text, ','))
     if (!part.empty()) out.emplace_back(part);
   return out;
-}
-
-bool is_number(const std::string& s) {
-  return !s.empty() && s.size() < 8 && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
 }
 
 topo::CpuSet allowed_cpus(const topo::Node& node, const StepFacts& f) {
@@ -62,8 +59,9 @@ unsigned gpu_index(const topo::Node& node, const StepFacts& f, const std::string
       if (g.busid == busid) return g.index;
     return std::nullopt;
   };
-  if (is_number(id)) {
-    unsigned n = static_cast<unsigned>(std::stoul(id));
+  // A gres device number (a device minor, at most 7 digits); anything else is a UUID, or an error below.
+  if (const auto number = to_number(id, 0u, 9999999u)) {
+    const unsigned n = *number;
     if (!f.driver_gpus.empty()) {
       for (const auto& d : f.driver_gpus)
         if (d.minor == static_cast<int>(n)) {
@@ -156,26 +154,6 @@ void check_rank_algebra(const StepFacts& f, StepPlan& plan) {
         f.hostname, fmt::join(f.global_ids, ","), f.total_tasks, f.nnodes));
 }
 
-std::vector<topo::EnvVar> launcher_env(const topo::Node& node, const topo::Placement& p, const StepFacts& f,
-                                       const topo::StepIdentity& id, const topo::EnvOptions& options) {
-  std::vector<topo::EnvVar> env;
-  if (p.policy == topo::Policy::Rail) {
-    std::string hca = topo::nic_port_list(node, topo::node_rail_nics(p), options.rail_ids ? &p.rails.rail_of_nic : nullptr);
-    if (!hca.empty()) env.push_back({"NCCL_IB_HCA", "=" + hca});
-  }
-  env.push_back({"TRAINRT_LAUNCHER", "1"});
-  env.push_back({"TRAINRT_POLICY", topo::to_string(p.policy)});
-  env.push_back({"GROUP_RANK", fmt::format("{}", id.node_id)});
-  env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", id.nnodes)});
-  env.push_back({"MASTER_ADDR", id.master_addr});
-  env.push_back({"MASTER_PORT", fmt::format("{}", id.master_port)});
-  env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", id.node_id)});
-  env.push_back({"TRAINRT_NNODES", fmt::format("{}", id.nnodes)});
-  env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", f.job_id)});
-  env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", f.step_id)});
-  return env;
-}
-
 }  // namespace
 
 std::string first_host(std::string_view list) {
@@ -236,11 +214,15 @@ StepPlan plan_step(const topo::Node& node, bool topology_is_live, const StepFact
   env.hca_scope = user.nics == NicScope::Own ? topo::HcaScope::Task : topo::HcaScope::Node;
   env.rail_ids = admin.rail_ids;
   env.bound = plan.bind == BindMode::On;
+  env.launcher = plan.launcher;
+  env.ifname = f.ifname;
+  env.nccl_topo_file = f.nccl_topo_file;
   const topo::StepIdentity base{0, f.total_tasks, static_cast<unsigned>(f.global_ids.size()), f.node_id, f.nnodes,
                                 f.master_addr, master_port(f.job_id, f.step_id, f.ports), f.job_id, f.step_id};
   if (plan.launcher) {
     TaskPlan t;
-    t.env = launcher_env(node, placement, f, base, env);
+    env.step = base;
+    t.env = topo::render_env(node, placement, placement.tasks.front(), env);
     t.gpus = plan.step_gpus;
     t.identity = base;
     plan.tasks.push_back(std::move(t));
@@ -263,18 +245,14 @@ StepPlan plan_step(const topo::Node& node, bool topology_is_live, const StepFact
       plan.tasks.push_back(std::move(t));
     }
   }
-  if (!f.ifname.empty()) {
-    // NCCL's bootstrap, Gloo and our runtime all open sockets: on the data network, not the first
-    // interface that happens to be up.
-    for (auto& t : plan.tasks)
-      for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TRAINRT_IFNAME"}) t.env.push_back({name, f.ifname});
-    plan.notes.push_back(fmt::format("data network: {} (MASTER_ADDR {})", f.ifname, f.master_addr));
-  }
+  env.step.reset();  // each task's own is its TaskPlan::identity
+  if (!f.ifname.empty()) plan.notes.push_back(fmt::format("data network: {} (MASTER_ADDR {})", f.ifname, f.master_addr));
   plan.table = fmt::format("train-runtime: {} (node {} of {}), step {}.{}, bind={}{}{}\n{}", f.hostname, f.node_id,
                            f.nnodes, f.job_id, f.step_id, to_string(plan.bind),
                            topology_is_live ? "" : " (cached topology of another machine)",
                            plan.launcher ? ", launcher step" : "", topo::render_table(node, placement));
   plan.node = node;
+  plan.placement = std::move(placement);
   return plan;
 }
 

@@ -36,11 +36,12 @@ struct StepFacts {
   std::string master_addr;                // chosen by choose_master_addr(); empty when master_error says why
   std::string master_error;
   std::string ifname;                     // the data network's interface, or ""
+  std::string nccl_topo_file;             // NCCL_TOPO_FILE to export, or "" (nccl_topo.hpp decides)
   bool user_asked = true;                 // --train-runtime given (false: plugstack enable=always)
 };
 
 struct TaskPlan {
-  std::vector<topo::EnvVar> env;
+  std::vector<topo::EnvVar> env;  // topo::render_env's, before task_init sees what Slurm did
   topo::CpuSet cpus;
   std::vector<unsigned> mems;
   std::vector<unsigned> gpus;  // Node GPU indexes
@@ -63,10 +64,12 @@ struct StepPlan {
   std::vector<unsigned> step_gpus;                  // the step's GPUs on this node, Node indexes
   bool slurm_local_ids = false;   // Slurm's CUDA_VISIBLE_DEVICES counts from 0 (ConstrainDevices)
   std::optional<topo::CpuSet> stepd_affinity;  // a task with fewer CPUs was bound by Slurm
-  // What the task stage needs to place a task around a GPU Slurm bound it to.
+  // What the task stage needs to place a task around a GPU Slurm bound it to, and to render its
+  // variables again from what it decided.
   topo::Node node;
   topo::PlacementRequest request;
-  topo::EnvOptions env_options;
+  topo::Placement placement;
+  topo::EnvOptions env_options;  // without `step`: each task's is its TaskPlan::identity
 };
 
 // `topology_is_live`: the Node describes this machine (binding is possible); false for a cached XML

@@ -2,7 +2,8 @@
 // The second half of a task's placement, done in task_init against what Slurm already did to that
 // task: the GPU Slurm bound it to (--gpus-per-task), the CPUs Slurm bound it to (--cpu-bind, site
 // defaults), a --mem-bind of the user's, and the variables the user or the site exported. Pure:
-// the plugin gathers TaskFacts and applies FinalTask.
+// the plugin gathers TaskFacts and applies FinalTask. It decides; the variables themselves come
+// from topo::render_env (trainrt/topology/env.hpp), their one writer.
 #include <map>
 #include <optional>
 #include <string>
@@ -26,10 +27,8 @@ struct FinalTask {
   std::vector<std::string> warnings;       // pitfalls the user should hear about once per step
 };
 
-// Variables that tune a program rather than say who it is: a value the task already has (exported
-// by the user, set by the site) wins unless env=override.
-const std::vector<std::string>& tunable_variables();
-// What finalize_task reads from the task's environment.
+// What finalize_task reads from the task's environment: topo::tunable_variables() (a value the task
+// already has wins unless env=override) and what Slurm says it bound.
 std::vector<std::string> task_env_names(const StepPlan& plan);
 
 // Throws trainrt::Error with a user-facing message when the task cannot run as planned.

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Hostile inputs for checkpoints (issue 19; docs/hostile-inputs.md "Checkpoints").
+"""Hostile inputs for checkpoints (docs/hostile-inputs.md "Checkpoints").
 
 Usage: hostile_inputs.py CLASS TRAINRT_CKPT CKPT_MP CKPT_XXH3 HOOKS
 CLASS: redirect | bounds | commit | output | users.  Every program runs under a 20 s timeout and
 a 1 GiB address-space limit; a hang, a signal, an allocation failure that kills, a step called
 intact that restore cannot use, or a file outside the checkpoint touched is a failure. Prints one
 line per case and "hostile CLASS: N cases, N held"; exit 0 when all held, 77 when the class
-cannot run here (users: not root), 1 otherwise."""
+cannot run here (users: not root, or uid 65534 cannot run copies of the programs), 1 otherwise.
+The users class runs copies of the programs that uid 65534 can reach (hostile_lib.Env), so the
+build folder may sit anywhere, a 0700 home included."""
 import json
 import os
 import shutil
@@ -92,6 +94,12 @@ def main():
         return 77
     env = H.Env(tool, mp, xxh3, hooks.upper() in ("1", "ON", "TRUE"))
     held = 0
+    if klass == "users":
+        why = env.reach_for_nobody()
+        if why:
+            env.close()
+            print(f"SKIPPED: {why}")
+            return 77
     try:
         for name, case in CASES[klass]:
             try:

@@ -30,6 +30,31 @@ class Env:
     def close(self):
         shutil.rmtree(self.base, ignore_errors=True)
 
+    def reach_for_nobody(self):
+        """Makes the programs runnable by uid 65534, wherever the build folder is: a clone in a 0700
+        home is out of its reach. They are copied into this 0755 folder, with every library of
+        theirs it cannot read (libtrainrt.so beside them, found through LD_LIBRARY_PATH; the
+        build's own search path then points nowhere it can go). Returns "" when uid 65534 runs the
+        copies, else why not (then the cases cannot run here)."""
+        bin_dir = os.path.join(self.base, "bin")
+        os.makedirs(bin_dir)
+        os.chmod(bin_dir, 0o755)
+        libs = set()
+        for prog in (self.tool, self.mp):
+            ldd = subprocess.run(["ldd", prog], capture_output=True, text=True)
+            libs.update(w for line in ldd.stdout.splitlines() for w in line.split() if w.startswith("/"))
+        unreadable = run(["sh", "-c", 'for f; do [ -r "$f" ] || echo "$f"; done', "sh", *sorted(libs)], as_nobody=True)
+        for lib in unreadable.out.split():
+            shutil.copy(lib, bin_dir)
+        self.tool, self.mp = shutil.copy(self.tool, bin_dir), shutil.copy(self.mp, bin_dir)
+        for p in os.listdir(bin_dir):
+            os.chmod(os.path.join(bin_dir, p), 0o755)
+        os.environ["LD_LIBRARY_PATH"] = ":".join(x for x in (bin_dir, os.environ.get("LD_LIBRARY_PATH")) if x)
+        probe = run([self.tool, "--help"], as_nobody=True)
+        if probe.rc != 0:
+            return f"uid 65534 cannot run trainrt-ckpt copied to {bin_dir} (is {self.base} out of its reach?): {probe}"
+        return ""
+
 
 def _limits(as_nobody):
     def apply():

@@ -97,6 +97,7 @@ TEST_CASE("a corrupt only step: in-place restore refuses to pretend the buffers 
     f.set(99);
     CHECK_THROWS_WITH(f.mgr->restore(), Catch::Contains("step 3") && Catch::Contains("entry 'w'") &&
                                             Catch::Contains("fails its checksum") && Catch::Contains("initialize them again"));
+    CHECK_THROWS_AS(f.mgr->restore(), CheckpointError);  // a checkpoint failure, not a program bug
   }
   SECTION("verify_before_load: -1 and the buffers exactly as they were") {
     Fixture f;
@@ -193,6 +194,7 @@ TEST_CASE("inspect: committed, uncommitted and damaged steps, without registerin
   CHECK(quick[1].problems().empty());
   CHECK_FALSE(quick[1].data_checked);
   CHECK_THROWS_WITH(checkpoint::inspect(f.dir + "/nope"), Catch::Contains("cannot read checkpoint directory"));
+  CHECK_THROWS_AS(checkpoint::inspect(f.dir + "/nope"), CheckpointError);
 }
 
 TEST_CASE("a failing write leaves earlier checkpoints intact and training goes on", "[checkpoint]") {
@@ -209,6 +211,7 @@ TEST_CASE("a failing write leaves earlier checkpoints intact and training goes o
   f.set(2);
   auto fut = f.mgr->save(2);
   CHECK_THROWS_WITH(fut.get(), Catch::Contains("step 2 not committed") && Catch::Contains("File too large"));
+  CHECK_THROWS_AS(fut.get(), CheckpointError);
   REQUIRE(setrlimit(RLIMIT_FSIZE, &saved) == 0);
   sigaction(SIGXFSZ, &old, nullptr);
   CHECK_FALSE(fs::exists(f.dir + "/step_000000000002"));  // the failed step left nothing
@@ -241,7 +244,7 @@ TEST_CASE("unusable directories are errors naming the path", "[checkpoint]") {
     fs::remove_all(ro);
   }
   o.directory = "";
-  CHECK_THROWS_AS(checkpoint::Manager(*session, o), Error);
+  CHECK_THROWS_AS(checkpoint::Manager(*session, o), UsageError);
 }
 
 TEST_CASE("world-size changes: sharded state refuses, replicated state restores", "[checkpoint]") {

@@ -223,6 +223,9 @@ TEST_CASE("save refuses what a reader would refuse", "[checkpoint][bounds]") {
   CHECK_THROWS_WITH(f.mgr->save(std::uint64_t{1} << 63), Catch::Contains("above the largest step"));
   CHECK_THROWS_WITH(f.mgr->save(1, {{"k", std::string("\xff\xfe", 2)}}), Catch::Contains("not UTF-8"));
   CHECK_THROWS_WITH(f.mgr->save(1, {{"k", std::string((1u << 20) + 1, 'x')}}), Catch::Contains("limit"));
+  // The program's arguments, not the checkpoint, are at fault.
+  CHECK_THROWS_AS(f.mgr->save(std::uint64_t{1} << 63), UsageError);
+  CHECK_THROWS_AS(f.mgr->save(1, {{"k", std::string("\xff\xfe", 2)}}), UsageError);
   std::vector<std::uint8_t> b;
   CHECK_THROWS_WITH(f.mgr->register_blob("", &b), Catch::Contains("UTF-8"));
   CHECK_THROWS_WITH(f.mgr->register_blob(std::string("\xc0\x80", 2), &b), Catch::Contains("UTF-8"));

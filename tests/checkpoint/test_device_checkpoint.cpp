@@ -2,14 +2,13 @@
 // SKIPPED (77) only on a machine without a GPU; any CUDA or checkpoint error is a failure.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <exception>
-#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
 #include "../common/gpu_presence.hpp"
+#include "../common/temp_dir.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
 using namespace trainrt;
@@ -28,25 +27,16 @@ struct DeviceFloats {
   DeviceFloats& operator=(const DeviceFloats&) = delete;
 };
 
-struct TempDir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / fmt::format("trainrt-devckpt-{}", ::getpid());
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 int round_trip() {
   const std::size_t n = 1 << 22;
   std::vector<float> host(n), back(n);
   for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 4099) * 0.5f;
   DeviceFloats dev(n);
   ck(cudaMemcpy(dev.p, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-  TempDir dir;
+  testing::TempDir dir("trainrt-devckpt-");
   auto session = bootstrap::Session::single_process();
   checkpoint::Options o;
-  o.directory = dir.path.string();
+  o.directory = dir / "ckpt";
   {
     checkpoint::Manager m(*session, o);
     m.register_buffer("dev", dev.p, n * 4, DType::F32, {static_cast<std::int64_t>(n)}, checkpoint::Sharding::PerRank,

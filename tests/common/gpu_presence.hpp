@@ -1,5 +1,7 @@
 #pragma once
-// The one rule every GPU test and benchmark program follows: it is skipped (exit 77) only when the
+// The test kit's one CUDA-presence check (beside temp_dir.hpp, in trainrt::testing): every GPU
+// test and benchmark program includes it rather than asking CUDA itself.
+// The rule they all follow: a program is skipped (exit 77) only when the
 // machine has no GPU — no CUDA driver at all, or a driver that finds no device. Any other CUDA
 // error at start (a driver too old for the runtime, a device that fails to initialise) is a
 // FAILURE: a GPU machine must never report its GPU work as skipped.

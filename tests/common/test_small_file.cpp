@@ -5,54 +5,47 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "temp_dir.hpp"
 #include "trainrt/small_file.hpp"
 
 using trainrt::LastLink;
 using trainrt::read_small_file;
+using trainrt::testing::TempDir;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/trainrt-small-file-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path + "/" + name) << text;
-    return path + "/" + name;
-  }
-};
+// A file of `text` in `dir`; its path.
+std::string write(const trainrt::testing::TempDir& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir / name) << text;
+  return dir / name;
+}
 
 }  // namespace
 
 TEST_CASE("a small file is read whole, a long one up to the cap") {
   TempDir dir;
-  const std::string file = dir.write("range", "32768\t60999\n");
+  const std::string file = write(dir, "range", "32768\t60999\n");
   CHECK(read_small_file(file, 64, LastLink::refuse) == "32768\t60999\n");
   CHECK(read_small_file(file, 5, LastLink::refuse) == "32768");
-  CHECK(read_small_file(dir.write("empty", ""), 64, LastLink::refuse) == "");
-  CHECK_FALSE(read_small_file(dir.path + "/absent", 64, LastLink::follow).has_value());
+  CHECK(read_small_file(write(dir, "empty", ""), 64, LastLink::refuse) == "");
+  CHECK_FALSE(read_small_file(dir / "absent", 64, LastLink::follow).has_value());
 }
 
 TEST_CASE("a link is followed only when the caller says sysfs answers through links") {
   TempDir dir;
-  const std::string target = dir.write("vendor", "QEMU\n");
-  REQUIRE(::symlink(target.c_str(), (dir.path + "/link").c_str()) == 0);
-  CHECK(read_small_file(dir.path + "/link", 64, LastLink::follow) == "QEMU\n");
-  CHECK_FALSE(read_small_file(dir.path + "/link", 64, LastLink::refuse).has_value());
+  const std::string target = write(dir, "vendor", "QEMU\n");
+  REQUIRE(::symlink(target.c_str(), (dir / "link").c_str()) == 0);
+  CHECK(read_small_file(dir / "link", 64, LastLink::follow) == "QEMU\n");
+  CHECK_FALSE(read_small_file(dir / "link", 64, LastLink::refuse).has_value());
 }
 
 TEST_CASE("a FIFO in a file's place does not hang the reader") {
   TempDir dir;
-  const std::string fifo = dir.path + "/fifo";
+  const std::string fifo = dir / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   // Opened non-blocking with no writer: read() returns 0 at once, so the answer is empty.
   CHECK(read_small_file(fifo, 64, LastLink::refuse) == "");

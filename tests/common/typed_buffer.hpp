@@ -7,7 +7,7 @@
 #include "trainrt/dtype.hpp"
 #include "trainrt/kernels/half.hpp"
 
-namespace trainrt::test {
+namespace trainrt::testing {
 
 inline void store(void* buf, std::size_t i, DType t, double v) {
   namespace k = trainrt::kernels;
@@ -34,4 +34,4 @@ inline double load(const void* buf, std::size_t i, DType t) {
   return 0;
 }
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

@@ -2,39 +2,33 @@
 // Crafted run folders for the doctor's tests: what the trainer writes (metrics_rank<R>.jsonl,
 // flight_rank<R>.json), healthy or damaged on purpose.
 #include <fmt/format.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 
-namespace doctor_test {
+#include "../common/temp_dir.hpp"
+
+namespace trainrt::testing {
 
 namespace fs = std::filesystem;
 
+// A run folder of its own for each test, removed after it.
 class RunDir {
  public:
-  RunDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / fmt::format("doctor-test-{}-{}", ::getpid(), counter++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~RunDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  RunDir(const RunDir&) = delete;
-  RunDir& operator=(const RunDir&) = delete;
   void write(const std::string& name, const std::string& text) const {
     std::ofstream(path / name, std::ios::binary | std::ios::trunc) << text;
   }
   void append(const std::string& name, const std::string& text) const {
     std::ofstream(path / name, std::ios::binary | std::ios::app) << text;
   }
-  fs::path path;
+
+ private:
+  TempDir dir_{"doctor-test-"};
+
+ public:
+  const fs::path path = dir_.path();
 };
 
 // One attempt's metrics: a start event, `steps` step lines (compute + comm seconds each), an end.
@@ -79,4 +73,4 @@ inline std::string timeout_reason(unsigned rank, std::uint64_t step, const std::
                      rank, step, missing);
 }
 
-}  // namespace doctor_test
+}  // namespace trainrt::testing

@@ -9,7 +9,7 @@
 #include "trainrt/doctor/doctor.hpp"
 #include "trainrt/error.hpp"
 
-using namespace doctor_test;
+using namespace trainrt::testing;
 using namespace trainrt::doctor;
 
 namespace {

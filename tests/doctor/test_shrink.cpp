@@ -1,22 +1,16 @@
-// check_shrink: a rerun on fewer nodes may restore replicated state only (train.sbatch asks it
-// before excluding a node).
+// check_shrink: a rerun on fewer nodes may restore replicated state and chunks of global tensors,
+// not per-rank state (train.sbatch asks it before excluding a node).
 #define CATCH_CONFIG_MAIN
 #include "../checkpoint/fixture.hpp"
+#include "../common/temp_dir.hpp"
 #include "trainrt/doctor/shrink.hpp"
 
 using trainrt::checkpoint::Sharding;
 using trainrt::doctor::check_shrink;
 
-namespace {
-std::string fresh_dir(const char* tag) {
-  auto p = std::filesystem::temp_directory_path() / fmt::format("doctor-shrink-{}-{}", ::getpid(), tag);
-  std::filesystem::remove_all(p);
-  return p.string();
-}
-}  // namespace
-
 TEST_CASE("replicated state can shrink, sharded state is reported with its entries") {
-  const auto rep = fresh_dir("rep"), shard = fresh_dir("shard");
+  const trainrt::testing::TempDir tmp("doctor-shrink-");
+  const auto rep = tmp / "rep", shard = tmp / "shard";
   trainrt::testing::save_in_world(rep, 2, Sharding::Replicated, 3);
   trainrt::testing::save_in_world(shard, 2, Sharding::PerRank, 4);
   auto a = check_shrink(rep);
@@ -31,12 +25,35 @@ TEST_CASE("replicated state can shrink, sharded state is reported with its entri
   CHECK(b.sharded_count == 6);  // 3 entries on each of 2 ranks
   CHECK(b.sharded == std::vector<std::string>{"w", "d", "rng"});
   CHECK(b.message.find("saved by 2 ranks") != std::string::npos);
-  std::filesystem::remove_all(rep);
-  std::filesystem::remove_all(shard);
+}
+
+TEST_CASE("chunks of global tensors can shrink: a smaller world reshards them") {
+  const trainrt::testing::TempDir tmp("doctor-shrink-");
+  const std::string dir = tmp / "tensors";
+  trainrt::testing::ThreadWorld world(2);
+  std::vector<std::thread> ranks;
+  for (unsigned r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      trainrt::testing::ThreadSession session(world, r);
+      std::vector<float> w(1000, static_cast<float>(r));
+      trainrt::checkpoint::Options o;
+      o.directory = dir;
+      trainrt::checkpoint::Manager m(session, o);
+      m.register_buffer("w", w.data(), w.size() * 4, trainrt::DType::F32, {1000},
+                        trainrt::checkpoint::Shard{{2000}, {1000 * static_cast<std::int64_t>(r)}});
+      m.save(5).get();
+    });
+  for (auto& t : ranks) t.join();
+  auto c = check_shrink(dir);
+  INFO(c.message);
+  CHECK(c.can_shrink);
+  CHECK(c.step == 5u);
+  CHECK(c.sharded_count == 0);
 }
 
 TEST_CASE("no checkpoint at all: nothing to restore, the world may change") {
-  auto c = check_shrink(fresh_dir("none"));
+  const trainrt::testing::TempDir tmp("doctor-shrink-");
+  auto c = check_shrink(tmp / "none");
   CHECK(c.can_shrink);
   CHECK_FALSE(c.step);
 }

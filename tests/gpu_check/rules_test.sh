@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check's timing and failure rules, without a GPU (issue 25), on this Debian CPU machine:
+# gpu-check's timing and failure rules, without a GPU, on this Debian CPU machine:
 #  1. the plan: the device-tool calls read out of docs/gpu-check.md (not copied here) stay within
 #     the tool's limits (command <= 2,000 characters, <= 8 carry paths, timeout_s <= 600), their
 #     gpu-check invocations are valid (--dry-run), together run every GPU step, and the working

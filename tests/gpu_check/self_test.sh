@@ -75,7 +75,7 @@ if [[ $rc -eq 0 ]] && grep -q "unpack: PASS (--keep" <<<"$out" && grep -q "confi
 else fail "run --keep (exit $rc)" "$out"; fi
 
 # What the GPU run builds first: every program the GPU tests run, found before any is built.
-want="slurm_examples/trainer/train-mlp tests/checkpoint/test_device_checkpoint tests/kernels/test_gpu_kernels tests/perf/ckpt-device-bench tests/perf/kernels-bench tests/perf/nccl-bench tests/runtime/nccl_mp"
+want="slurm_examples/trainer/train-mlp tests/checkpoint/test_device_checkpoint tests/kernels/test_gpu_kernels benchmarks/ckpt-device-bench benchmarks/kernels-bench benchmarks/nccl-bench tests/runtime/nccl_mp"
 got=$(bash "$check" gpu-targets "$work/build" 2>&1)
 missing=$(for w in $want; do grep -qw -- "$w" <<<"$got" || echo "$w"; done)
 if [[ -z $missing ]]; then pass "the GPU run builds first: $got"

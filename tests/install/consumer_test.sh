@@ -12,6 +12,17 @@ libdir=$(dirname "$(find "$tmp/prefix" -name 'libtrainrt.so.0' | head -1)")
 [[ -d $libdir ]] || { echo "FAIL: no libtrainrt.so.0 installed under $tmp/prefix"; exit 1; }
 export LD_LIBRARY_PATH=$libdir
 
+# Only the front door is installed: every header there is one the consumer includes, or one an
+# installed header includes.
+include=$tmp/prefix/include
+stray=0
+while IFS= read -r header; do
+  name=${header#"$include/"}
+  grep -rqF "#include \"$name\"" "$here/consumer/main.cpp" "$include" \
+    || { echo "FAIL: $name is installed, but no consumer includes it"; stray=1; }
+done < <(find "$include" -type f)
+(( stray == 0 ))
+
 cmake -S "$here/consumer" -B "$tmp/cmake-build" -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >/dev/null
 cmake --build "$tmp/cmake-build" >/dev/null
 "$tmp/cmake-build/consumer" "$tmp/ckpt-cmake"

@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-namespace trainrt::test {
+namespace trainrt::testing {
 
 inline std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.f) {
   std::mt19937 rng(seed);
@@ -13,4 +13,4 @@ inline std::vector<float> random_floats(std::size_t n, unsigned seed, float scal
   return v;
 }
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

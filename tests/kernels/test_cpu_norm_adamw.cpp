@@ -17,7 +17,7 @@
 
 using namespace trainrt;
 using namespace trainrt::kernels;
-using trainrt::test::random_floats;
+using trainrt::testing::random_floats;
 
 namespace {
 

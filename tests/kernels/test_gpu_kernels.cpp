@@ -82,7 +82,7 @@ void test_pack(Tally& tally, cudaStream_t s) {
 void test_casts(Tally& tally, cudaStream_t s) {
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{4097}, std::size_t{1000003},
                         std::size_t{40000001}}) {
-    auto x = trainrt::test::random_floats(n, 3, 1000.f);
+    auto x = trainrt::testing::random_floats(n, 3, 1000.f);
     if (n > 10) x[5] = std::numeric_limits<float>::quiet_NaN(), x[6] = std::numeric_limits<float>::infinity(), x[7] = 1e6f;
     DeviceBytes din(n * 4), dhalf(n * 2), dout(n * 4), flag(4);
     for (auto [in_el, out_el] : {std::pair<int, int>{0, 0}, {1, 0}, {0, 1}, {3, 2}}) {

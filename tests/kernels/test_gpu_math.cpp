@@ -11,7 +11,7 @@
 using namespace trainrt;
 using namespace trainrt::kernels;
 using namespace gpu_test;
-using trainrt::test::random_floats;
+using trainrt::testing::random_floats;
 
 namespace {
 

@@ -27,19 +27,24 @@ _new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 class FakeTensor:
-    """n float32 elements on DLPack device `device_type` (2 = CUDA) at a fake address."""
+    """n float32 elements on DLPack device `device_type` (2 = CUDA) at a fake address. The hostile
+    tests say more: any `shape` and `strides` (int64 each), `ndim` (what the tensor claims, whatever
+    the shape holds), element `bits`, `byte_offset` and `address` (0: NULL)."""
 
-    def __init__(self, n=16, device_type=2, address=0x7F0000000000):
-        self._shape = (ctypes.c_int64 * 1)(n)
+    def __init__(self, n=16, device_type=2, address=0x7F0000000000, shape=None, strides=None, ndim=None, bits=32,
+                 byte_offset=0):
+        shape = (n,) if shape is None else tuple(shape)
+        self._shape = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        self._strides = None if strides is None else (ctypes.c_int64 * max(1, len(strides)))(*strides)
         self._managed = _DLManagedTensor()
         t = self._managed.dl_tensor
-        t.data = address
+        t.data = address or None
         t.device = _DLDevice(device_type, 0)
-        t.ndim = 1
-        t.dtype = _DLDataType(2, 32, 1)
+        t.ndim = len(shape) if ndim is None else ndim
+        t.dtype = _DLDataType(2, bits, 1)
         t.shape = self._shape
-        t.strides = None
-        t.byte_offset = 0
+        t.strides = self._strides
+        t.byte_offset = byte_offset
         self._managed.deleter = None
 
     def __dlpack__(self, *args, **kwargs):

@@ -49,6 +49,9 @@ lib = os.path.join(os.path.dirname(ext), "libtrainrt.so.0")
 assert os.path.exists(lib), "libtrainrt.so.0 is not in the wheel"
 maps = open("/proc/self/maps").read()
 assert lib in maps, "the extension did not load the wheel's libtrainrt"
+pkg = os.path.dirname(trainrt.__file__)
+for typed in ("py.typed", "_trainrt.pyi"):  # PEP 561: the package and its extension are typed
+    assert os.path.isfile(os.path.join(pkg, typed)), f"{typed} is not in the wheel"
 
 world = trainrt.init(quiet=True)
 assert world.world_size == 1

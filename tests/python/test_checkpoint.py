@@ -7,9 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _fake_dlpack import FakeTensor  # noqa: E402
-from _harness import expect_raises, run, tmpdir  # noqa: E402
+from _checks import expect_raises, needs_torch, torch
+from _fake_dlpack import FakeTensor
 
 for var in list(os.environ):
     if var.startswith("PMIX_"):
@@ -20,24 +19,19 @@ import numpy as np  # noqa: E402
 import trainrt  # noqa: E402
 from trainrt import checkpoint  # noqa: E402
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
 trainrt.init(quiet=True)
 rng = np.random.default_rng(7)
 
 
-def test_numpy_round_trip_bitwise_in_place():
-    d = tmpdir()
+def test_numpy_round_trip_bitwise_in_place(tmp_path):
+    d = str(tmp_path)
     a = rng.standard_normal((33, 17)).astype(np.float32)
     b = rng.integers(-2**62, 2**62, 1000, dtype=np.int64)
     raw = rng.integers(0, 256, 777, dtype=np.uint8)   # no runtime DType: saved as bytes
     flags = rng.integers(0, 2, 64).astype(bool)
     saved = [x.copy() for x in (a, b, raw, flags)]
     with checkpoint.Manager(d) as m:
-        assert m.restore() == -1 and m.restored_metadata == {}
+        assert m.restore() is None and m.restored_metadata == {}
         for name, x in zip("abrf", (a, b, raw, flags)):
             m.register(name, x)
         m.save(3, {"loss": "0.25", "epoch": 2, "cfg": {"lr": 0.1}})
@@ -62,10 +56,9 @@ def test_numpy_round_trip_bitwise_in_place():
     assert rep.metadata["loss"] == "0.25"
 
 
-def test_torch_tensors_every_dtype():
-    if torch is None:
-        return
-    d = tmpdir()
+@needs_torch
+def test_torch_tensors_every_dtype(tmp_path):
+    d = str(tmp_path)
     ts = {str(dt): (torch.randn(129) * 1000).to(dt) for dt in
           (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8, torch.bool)}
     ts["scalar"] = torch.tensor(3.5)      # 0-dim (an optimizer's step)
@@ -105,10 +98,9 @@ def _params(model):
     return [t.detach().clone() for t in model.state_dict().values()]
 
 
-def test_model_and_optimizer_resume_bitwise():
-    if torch is None:
-        return
-    d = tmpdir()
+@needs_torch
+def test_model_and_optimizer_resume_bitwise(tmp_path):
+    d = str(tmp_path)
     # Reference: 5 steps with nothing registered.
     ref, ref_opt = _model_and_optimizer(0)
     _train(ref, ref_opt, range(2))
@@ -123,7 +115,7 @@ def test_model_and_optimizer_resume_bitwise():
     onames = m.register_optimizer("optim.", opt)
     assert "model.0.weight" in names and "model.1.num_batches_tracked" in names, names
     assert "optim.state.0.exp_avg" in onames and "optim.state.0.step" in onames, onames
-    assert m.restore() == -1
+    assert m.restore() is None
     _train(model, opt, range(2))
     opt.param_groups[0]["lr"] = 2e-2
     _train(model, opt, range(2, 3))
@@ -158,9 +150,9 @@ def test_model_and_optimizer_resume_bitwise():
     m3.close()
 
 
-def test_state_dict_extras_round_trip():
+def test_state_dict_extras_round_trip(tmp_path):
     sd = {"w": np.arange(4.0), "cfg": {"lr": 0.1, "betas": (0.9, 0.99), "ids": [0, 1]}, "name": "run"}
-    d = tmpdir()
+    d = str(tmp_path)
     m = checkpoint.Manager(d)
     assert m.register_state_dict("s.", sd) == ["s.w"]
     m.save(1)
@@ -172,15 +164,15 @@ def test_state_dict_extras_round_trip():
     m.close()
 
 
-def test_non_tensor_leaf_that_json_cannot_hold_is_a_usage_error():
-    m = checkpoint.Manager(tmpdir())
+def test_non_tensor_leaf_that_json_cannot_hold_is_a_usage_error(tmp_path):
+    m = checkpoint.Manager(str(tmp_path))
     expect_raises(trainrt.UsageError, m.register_state_dict, "x.", {"w": np.zeros(3), "f": object()},
                   contains=("x.f", "object"))
     m.close()
 
 
-def test_verify_names_a_corrupted_entry_and_restore_falls_back():
-    d = tmpdir()
+def test_verify_names_a_corrupted_entry_and_restore_falls_back(tmp_path):
+    d = str(tmp_path / "ckpt")
     a = np.arange(4096, dtype=np.float64)
     m = checkpoint.Manager(d, keep_last=2)
     m.register("weights", a)
@@ -205,25 +197,31 @@ def test_verify_names_a_corrupted_entry_and_restore_falls_back():
     assert m.restore() == 1
     np.testing.assert_array_equal(a, np.arange(4096, dtype=np.float64))
     m.close()
-    empty = tmpdir()
+    empty = str(tmp_path / "empty")
+    os.mkdir(empty)
     rep = checkpoint.verify(empty)
     assert not rep.intact and rep.step == -1 and "no step" in rep.problems[0]
     expect_raises(trainrt.CheckpointError, checkpoint.verify, os.path.join(empty, "nope"), contains=("nope",))
 
 
-def test_registration_errors_are_typed():
-    m = checkpoint.Manager(tmpdir())
+def test_registration_errors_are_typed(tmp_path):
+    m = checkpoint.Manager(str(tmp_path / "m"))
     m.register("w", np.zeros(8, dtype=np.float32))
     e = expect_raises(trainrt.Error, m.register, "w", np.zeros(8, dtype=np.float32), contains=("'w'", "twice"))
     assert isinstance(e, trainrt.UsageError)  # registering a name twice is a bug in the program
+    # The same misuse is the same exception wherever it is caught: a blob's name twice, a tensor on
+    # a blob's name.
+    m.register_state_dict("s.", {"lr": 0.1})
+    expect_raises(trainrt.UsageError, m.register_state_dict, "s.", {"lr": 0.2}, contains=("'s.@json'", "twice"))
+    expect_raises(trainrt.UsageError, m.register, "s.@json", np.zeros(2, dtype=np.float32), contains=("twice",))
     expect_raises(trainrt.UsageError, m.register, "strided", np.zeros((8, 8), dtype=np.float32)[::2],
                   contains=("'strided'", "not contiguous"))
     expect_raises(trainrt.UsageError, m.register, "list", [1, 2, 3], contains=("'list'",))
     expect_raises(trainrt.UsageError, m.save, -1, contains=("step",))
     expect_raises(trainrt.UsageError, m.save, 1, {"k": object()}, contains=("'k'",))
-    expect_raises(trainrt.UsageError, checkpoint.Manager, tmpdir(), keep_last=0, contains=("keep_last",))
+    expect_raises(trainrt.UsageError, checkpoint.Manager, str(tmp_path / "k"), keep_last=0, contains=("keep_last",))
     expect_raises(trainrt.UsageError, m.register, "dev7", FakeTensor(device_type=7), contains=("device type 7",))
-    closed = checkpoint.Manager(tmpdir())
+    closed = checkpoint.Manager(str(tmp_path / "closed"))
     closed.close()
     closed.close()  # twice is fine
     expect_raises(trainrt.UsageError, closed.save, 1, contains=("closed",))
@@ -232,16 +230,16 @@ def test_registration_errors_are_typed():
     m.close()
 
 
-def test_stop_signal_sets_the_flag():
-    m = checkpoint.Manager(tmpdir())  # installs the handlers
+def test_stop_signal_sets_the_flag(tmp_path):
+    m = checkpoint.Manager(str(tmp_path))  # installs the handlers
     assert not m.stop_requested()
     os.kill(os.getpid(), signal.SIGUSR1)
     assert m.stop_requested() and checkpoint.stop_requested()
     m.close()
 
 
-def test_save_and_exit_commits_and_exits_75():
-    d = tmpdir()
+def test_save_and_exit_commits_and_exits_75(tmp_path):
+    d = str(tmp_path)
     script = textwrap.dedent(f"""
         import numpy as np, trainrt
         from trainrt import checkpoint
@@ -259,6 +257,3 @@ def test_save_and_exit_commits_and_exits_75():
     rep = checkpoint.verify(d)
     assert rep.intact and rep.step == 5 and rep.metadata == {"why": "signal"}, rep
 
-
-if __name__ == "__main__":
-    run(globals())

@@ -2,24 +2,17 @@
 saved and restored bitwise by a fresh Manager, keep_last retention, and wait() releasing the GIL
 while the commit waits for a slow rank."""
 import os
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import require_mpirun, run  # noqa: E402
+from _checks import needs_torch, skip_unless_mpirun, torch
 
-require_mpirun()
+skip_unless_mpirun()
 
 import numpy as np  # noqa: E402
 
 import trainrt  # noqa: E402
 from trainrt import checkpoint  # noqa: E402
-
-try:
-    import torch
-except ImportError:
-    torch = None
 
 world = trainrt.init()
 r, n = world.rank, world.world_size
@@ -36,12 +29,9 @@ def state(step):
 
 def test_save_restore_bitwise_and_retention():
     shard, rep = state(0)
-    tt = torch.full((3, 3), float(r), dtype=torch.bfloat16) if torch is not None else None
     m = checkpoint.Manager(directory, keep_last=2)
     m.register("shard", shard)
     m.register("replicated", rep, replicated=True)
-    if tt is not None:
-        m.register("bf16", tt)
     for step in (1, 2, 3):
         s, p = state(step)
         shard[...] = s
@@ -55,23 +45,30 @@ def test_save_restore_bitwise_and_retention():
     assert steps == ["step_000000000002", "step_000000000003"], steps
     shard[...] = 0
     rep[...] = 0
-    if tt is not None:
-        tt.zero_()
     m = checkpoint.Manager(directory)
     m.register("shard", shard)
     m.register("replicated", rep, replicated=True)
-    if tt is not None:
-        m.register("bf16", tt)
     assert m.restore() == 3
     assert m.restored_metadata == {"loss": "0.3"}
     s, p = state(3)
     assert shard.tobytes() == s.tobytes() and rep.tobytes() == p.tobytes()
-    if tt is not None:
-        assert torch.equal(tt, torch.full((3, 3), float(r), dtype=torch.bfloat16))
     m.close()
     if r == 0:
         rep_ = checkpoint.verify(directory)
         assert rep_.intact and rep_.step == 3 and rep_.world_size == n, rep_
+
+
+@needs_torch
+def test_torch_tensors_per_rank_round_trip():
+    tt = torch.full((3, 3), float(r), dtype=torch.bfloat16)
+    m = checkpoint.Manager(directory + "/torch")
+    m.register("bf16", tt)
+    m.save(1)
+    assert m.wait().step == 1
+    tt.zero_()
+    assert m.restore() == 1
+    assert torch.equal(tt, torch.full((3, 3), float(r), dtype=torch.bfloat16)), tt
+    m.close()
 
 
 def test_wait_releases_the_gil():
@@ -143,6 +140,3 @@ def test_cleanup():
     if r == 0:
         __import__("shutil").rmtree(directory)
 
-
-if __name__ == "__main__":
-    run(globals())

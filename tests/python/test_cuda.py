@@ -2,10 +2,9 @@
 restored bitwise; allreduce of a CUDA tensor is a UsageError. SKIPPED without a GPU or without a
 CUDA build of trainrt."""
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import Skip, expect_raises, run, tmpdir  # noqa: E402
+import pytest
+from _checks import expect_raises, torch
 
 for var in list(os.environ):
     if var.startswith("PMIX_"):
@@ -16,21 +15,20 @@ from trainrt import checkpoint  # noqa: E402
 
 
 def cuda_torch():
-    try:
-        import torch
-    except ImportError:
-        raise Skip("torch is not importable")
+    """torch with a CUDA device and a CUDA build of trainrt, else the calling test skips saying why."""
+    if torch is None:
+        pytest.skip("torch is not importable")
     if not torch.cuda.is_available():
-        raise Skip("no CUDA device")
+        pytest.skip("no CUDA device")
     if not trainrt.has_cuda:
-        raise Skip("this trainrt was built without CUDA")
+        pytest.skip("this trainrt was built without CUDA")
     return torch
 
 
-def test_cuda_tensors_round_trip_bitwise():
+def test_cuda_tensors_round_trip_bitwise(tmp_path):
     torch = cuda_torch()
     trainrt.init(quiet=True)
-    d = tmpdir()
+    d = str(tmp_path)
     g = torch.Generator(device="cuda").manual_seed(3)
     ts = {str(dt): torch.randn(1 << 20, device="cuda", generator=g).to(dt)
           for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64)}
@@ -58,6 +56,3 @@ def test_cuda_allreduce_is_a_usage_error():
     w = trainrt.init(quiet=True)
     expect_raises(trainrt.UsageError, w.allreduce, torch.ones(4, device="cuda"), contains=("CPU",))
 
-
-if __name__ == "__main__":
-    run(globals())

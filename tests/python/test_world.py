@@ -1,11 +1,9 @@
 """One-process world (no PMIx): the World surface, in-place zero-copy allreduce on numpy arrays and
 torch tensors, byte exchange, and the typed errors."""
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _fake_dlpack import FakeTensor  # noqa: E402
-from _harness import expect_raises, run  # noqa: E402
+from _checks import expect_raises, needs_torch, torch
+from _fake_dlpack import FakeTensor
 
 for var in ("PMIX_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI2", "PMIX_SERVER_URI3", "PMIX_SERVER_URI4",
             "PMIX_SERVER_URI21", "PMIX_SERVER_URI41"):
@@ -14,11 +12,6 @@ for var in ("PMIX_RANK", "PMIX_NAMESPACE", "PMIX_SERVER_URI2", "PMIX_SERVER_URI3
 import numpy as np  # noqa: E402
 
 import trainrt  # noqa: E402
-
-try:
-    import torch
-except ImportError:  # Debian's python3-torch is expected; the numpy half still runs without it
-    torch = None
 
 world = trainrt.init(quiet=True)
 
@@ -43,9 +36,8 @@ def test_allreduce_numpy_in_place_zero_copy():
         np.testing.assert_array_equal(a, np.arange(1000, dtype=dt).reshape(10, 100))
 
 
+@needs_torch
 def test_allreduce_torch_in_place_zero_copy():
-    if torch is None:
-        return
     for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64):
         t = torch.arange(64).to(dt)
         assert trainrt._trainrt._data_ptr(t) == t.data_ptr()
@@ -71,14 +63,17 @@ def test_allreduce_errors_are_typed():
     ro = np.zeros(4)
     ro.flags.writeable = False
     expect_raises(trainrt.UsageError, world.allreduce, ro, contains=("read-only",))
-    if torch is not None:
-        expect_raises(trainrt.UsageError, world.allreduce, torch.zeros(4, 4).t(), contains=("not contiguous",))
     # Device memory through DLPack (a fake producer: no GPU here): refused before it is touched.
     expect_raises(trainrt.UsageError, world.allreduce, FakeTensor(device_type=2), contains=("CPU tensors",))
     expect_raises(trainrt.UsageError, world.allreduce, FakeTensor(device_type=7), contains=("device type 7",))
     # Every error is a trainrt.Error; the classes form the documented hierarchy.
     assert issubclass(trainrt.PeerError, trainrt.Error) and issubclass(trainrt.CheckpointError, trainrt.Error)
     assert issubclass(trainrt.Error, RuntimeError)
+
+
+@needs_torch
+def test_allreduce_torch_not_contiguous_is_a_usage_error():
+    expect_raises(trainrt.UsageError, world.allreduce, torch.zeros(4, 4).t(), contains=("not contiguous",))
 
 
 def test_allreduce_async_one_process():
@@ -103,6 +98,3 @@ def test_bytes_exchange():
     expect_raises(trainrt.Error, world.lookup_bytes, 0, "never.published", contains=("never.published",))
     world.barrier()
 
-
-if __name__ == "__main__":
-    run(globals())

@@ -1,23 +1,16 @@
 """Several processes under mpirun (a PMIx server): allreduce of every op and dtype in place,
 barrier, byte exchange of different sizes per rank, and the GIL released while a call blocks."""
 import os
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import Skip, require_mpirun, run  # noqa: E402
+from _checks import needs_torch, skip_unless_mpirun, torch
 
-require_mpirun()
+skip_unless_mpirun()
 
 import numpy as np  # noqa: E402
 
 import trainrt  # noqa: E402
-
-try:
-    import torch
-except ImportError:
-    torch = None
 
 world = trainrt.init()
 r, n = world.rank, world.world_size
@@ -48,9 +41,8 @@ def test_allreduce_numpy_every_op():
     np.testing.assert_array_equal(big, np.arange(3 << 18, dtype=np.float32) * (n * (n + 1) // 2))
 
 
+@needs_torch
 def test_allreduce_torch():
-    if torch is None:
-        raise Skip("torch is not importable")
     for dt in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
         t = torch.full((257,), r + 1, dtype=dt)
         ptr = t.data_ptr()
@@ -116,6 +108,3 @@ def test_barrier_releases_the_gil():
     assert waited > 1.0, f"the barrier returned after {waited:.2f} s, before rank 0 entered it"
     assert count > 100000, f"the main thread ran only {count} iterations in {waited:.2f} s: GIL held"
 
-
-if __name__ == "__main__":
-    run(globals())

@@ -16,6 +16,7 @@ for var in ("MASTER_PORT", "MASTER_ADDR"):
 try:
     import torch
     import torch.distributed as dist
+    import trainrt
     import trainrt.torch as tt
 except ImportError as e:
     print(f"SKIPPED: {e}")
@@ -64,18 +65,25 @@ def main():
     check(all(torch.all(p == i).item() for i, p in enumerate(parts)), "all_gather")
     dist.barrier()
 
+    # Misuse is a trainrt.UsageError, and still the built-in callers caught before.
     try:
         tt.init_process_group("gloo")
         check(False, "a second init_process_group was accepted")
-    except RuntimeError:
-        pass
-    try:
-        tt.init_process_group("mpi-or-else")
-        check(False, "an unknown backend was accepted")
-    except (RuntimeError, ValueError):
-        pass
+    except trainrt.UsageError as e:
+        check(isinstance(e, RuntimeError), "a second init is no longer a RuntimeError")
     tt.destroy_process_group()
     check(not dist.is_initialized() and tt.world() is None, "destroy_process_group left a group")
+    try:
+        tt.init_process_group("mpi-or-else", world=w)
+        check(False, "an unknown backend was accepted")
+    except trainrt.UsageError as e:
+        check(isinstance(e, ValueError), "an unknown backend is no longer a ValueError")
+    try:
+        tt.init_process_group("gloo", world=w, store=None)
+        check(False, "store= was accepted")
+    except trainrt.UsageError as e:
+        check(isinstance(e, TypeError) and isinstance(e, tt.ArgumentError), "store= is no longer a TypeError")
+    check(not dist.is_initialized(), "a refused init_process_group left a group")
 
     # Errors name what failed: an unreachable server (a port nobody listens on), a bad interface.
     import datetime, socket
@@ -87,6 +95,7 @@ def main():
         check(False, "a store client connected to a closed port")
     except tt.StoreError as e:
         check(f"127.0.0.1:{dead}" in str(e) and "TRAINRT_IFNAME" in str(e), f"unreachable store message: {e}")
+        check(isinstance(e, trainrt.Error) and isinstance(e, RuntimeError), "StoreError outside trainrt.Error")
     os.environ["TRAINRT_IFNAME"] = "trainrt-no-such-if0"
     try:
         tt._ipv4_of(os.environ["TRAINRT_IFNAME"])

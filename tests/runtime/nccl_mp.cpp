@@ -49,8 +49,8 @@ double value(unsigned r, std::size_t i, DType t) {
   return v / 64.0;
 }
 
-using trainrt::test::load;
-using trainrt::test::store;
+using trainrt::testing::load;
+using trainrt::testing::store;
 
 // The host reference: ranks in order, rounded through the dtype; NCCL's avg of integers truncates.
 double reference(std::size_t i, DType t, ReduceOp op) {

@@ -84,6 +84,8 @@ TEST_CASE("an aborted communicator: blocking calls throw PeerError without wait(
     FAIL("a blocking allreduce on an aborted communicator returned");
   } catch (const PeerError& e) {
     CHECK(std::string(e.what()).find("the watchdog gave up") != std::string::npos);
+    CHECK(e.kind() == FailureKind::Aborted);
+    CHECK(e.ranks().empty());  // aborted on this rank, not because a peer failed
   }
   CHECK_THROWS_AS(comm->barrier(), PeerError);
   Work w = comm->broadcast_async(&x, 1, DType::I64, 0);

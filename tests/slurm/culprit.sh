@@ -41,16 +41,19 @@ else fail "stall on node 2 (srun rc=$rc, doctor rc=$drc, rank 2 on '$(node_of "$
 # ---------------------------------------------------------------- (b) train.sbatch drops node 2
 # The template reads TRAINER, DOCTOR, RUN_DIR and MAX_RERUNS from the submitting environment.
 export TRAINER=$trainer DOCTOR=$doctor RUN_DIR=$work/sbatch MAX_RERUNS=2
+# --shard-optimizer: AdamW's moments are chunks of global tensors, which the smaller world reshards.
 jobid=$(crun sbatch --parsable -N 2 --ntasks-per-node=2 --train-runtime=policy=numa,bind=off -o "$work/sbatch.out" \
-        "$repo/slurm_examples/train.sbatch" --device cpu --steps 40 --ckpt-every 10 --watchdog 3 --fault stall:2:25:30)
+        "$repo/slurm_examples/train.sbatch" --device cpu --shard-optimizer --steps 40 --ckpt-every 10 --watchdog 3 \
+        --fault stall:2:25:30)
 for _ in $(seq 1 900); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
 out=$(cat "$work/sbatch.out" 2>/dev/null)
 grep -E '^(doctor: (verdict|never)|train.sbatch|step failed|training finished|train-mlp: [0-9]+ ranks)' <<<"$out" | sed 's/^/  | /'
 if grep -q '^doctor: never arrived: rank 2 on trt-n2' <<<"$out" && grep -q 'rerunning without trt-n2' <<<"$out" &&
    grep -q 'train-mlp: 2 ranks, .* starting after step 20 ' <<<"$out" && grep -q '^FINAL step 40 ' <<<"$out" &&
+   grep -q 'checkpoint: resharded 2 tensors' <<<"$out" &&
    grep -q '^training finished' <<<"$out" && [[ $(node_of "$RUN_DIR/out" 0) == trt-n1 ]] &&
    tail -1 "$RUN_DIR/out/metrics_rank0.jsonl" | grep -q '"event":"end"'; then
-  pass "train.sbatch: rank 2 stalled on trt-n2, the doctor named it, the rerun left trt-n2 out (4 -> 2 ranks), resumed after step 20 and finished"
+  pass "train.sbatch: rank 2 stalled on trt-n2, the doctor named it, the rerun left trt-n2 out (4 -> 2 ranks), resharded the sharded optimizer state, resumed after step 20 and finished"
 else fail "train.sbatch exclusion (job $jobid)" "$(grep -vE '^step |checkpoint:' <<<"$out" | tail -25)"; fi
 unset TRAINER DOCTOR RUN_DIR MAX_RERUNS
 

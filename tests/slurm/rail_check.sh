@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cross-node rail check on a real 2-node local Slurm cluster (issue 15, docs/topology.md):
+# The cross-node rail check on a real 2-node local Slurm cluster (docs/topology.md):
 # `srun --mpi=pmix -N 2 trainrt-topo --check` gathers every node's rail layout over PMIx and names
 # the node that differs. Each node is given its topology file by its Slurm node name: the same real
 # JUWELS Booster file on both agrees (exit 0); the other JUWELS box, whose HDR NICs are named in

@@ -104,6 +104,6 @@ TEST_CASE("the driver's GPU table: minor number, bus id, UUID", "[gpu]") {
   CHECK(g.uuid == "GPU-4a9b0c1d");
   CHECK(g.busid == "0000:18:00.0");
   CHECK_THROWS_WITH(parse_driver_information("0000:18:00.0", "Model: x\n"), Catch::Contains("no Device Minor"));
-  CHECK_THROWS_WITH(parse_driver_information("x", "Device Minor: -1\n"), Catch::Contains("not a number"));
+  CHECK_THROWS_WITH(parse_driver_information("x", "Device Minor: -1\n"), Catch::Contains("'-1' is not a Device Minor number"));
   CHECK(read_driver_gpus("/nonexistent").empty());
 }

@@ -1,5 +1,5 @@
 // plugstack nccl_topo=auto|always|off and topology_cache=PATH|off: parsing, the VM test, and when
-// NCCL_TOPO_FILE is exported (issue 15).
+// NCCL_TOPO_FILE is exported.
 #include <catch2/catch.hpp>
 
 #include "nccl_topo.hpp"

@@ -43,11 +43,15 @@ TEST_CASE("user options: each bad input names what was wrong and what is valid",
                         Case{"show,,bind=on", "empty item"}, Case{",", "empty item"},
                         Case{"tasks-per-gpu=0", "'0' is out of range"}, Case{"tasks-per-gpu=65", "'65' is out of range"},
                         Case{"tasks-per-gpu=-1", "not a number"}, Case{"tasks-per-gpu=2x", "not a number"},
-                        Case{"tasks-per-gpu=99999999999999999999", "not a number"},
+                        Case{"tasks-per-gpu=99999999999999999999", "out of range"},
                         Case{"bind=maybe", "unknown bind mode"}, Case{"gpus=some", "unknown gpus mode"},
                         Case{"nics=all", "unknown nics scope 'all'"}, Case{"mem=loose", "unknown mem policy"},
                         Case{"launcher=", "'launcher' needs a value"}, Case{"env=x", "unknown env mode 'x'"},
-                        Case{"policy=\x01", "\\x01"}}) {
+                        Case{"policy=\x01", "\\x01"},
+                        // Quoted through common's escaper: a bidi override and a backslash escaped,
+                        // valid UTF-8 kept as it is.
+                        Case{"policy=\xe2\x80\xae", "'\\xe2\\x80\\xae'"}, Case{"policy=a\\b", "'a\\x5cb'"},
+                        Case{"policy=caf\xc3\xa9", "'caf\xc3\xa9'"}}) {
     INFO(c.text);
     CHECK_THROWS_WITH(parse_user_options(c.text), Catch::StartsWith("--train-runtime: ") && Catch::Contains(c.says) &&
                                                       Catch::Contains("valid: policy=rail|numa|none"));
@@ -144,7 +148,9 @@ TEST_CASE("plugstack arguments", "[options]") {
   AdminConfig net = parse_admin_args({"ifname=ib0", "rail_ids=1"});
   CHECK(net.ifname == "ib0");
   CHECK(net.rail_ids);
-  CHECK_THROWS_WITH(parse_admin_args({"ifname=../etc"}), Catch::Contains("ifname='../etc'"));
-  CHECK_THROWS_WITH(parse_admin_args({"ifname=averyveryverylongname"}), Catch::Contains("ifname="));
+  CHECK_THROWS_WITH(parse_admin_args({"ifname=../etc"}),
+                    Catch::StartsWith("plugstack.conf: ifname: '../etc' cannot be a network interface name"));
+  CHECK_THROWS_WITH(parse_admin_args({"ifname=averyveryverylongname"}),
+                    Catch::Contains("ifname: 'averyveryverylongname' cannot be"));
   CHECK_THROWS_WITH(parse_admin_args({"rail_ids=yes"}), Catch::Contains("rail_ids='yes'"));
 }

@@ -10,7 +10,7 @@ using namespace trainrt::topo;
 
 namespace {
 
-const Node& node() { return trainrt::test::two_gpu_node(); }
+const Node& node() { return trainrt::testing::two_gpu_node(); }
 
 StepFacts facts() {
   StepFacts f;

@@ -10,7 +10,7 @@ using namespace trainrt::topo;
 
 namespace {
 
-const Node& node() { return trainrt::test::two_gpu_node(); }
+const Node& node() { return trainrt::testing::two_gpu_node(); }
 
 StepFacts facts() {
   StepFacts f;
@@ -159,4 +159,18 @@ TEST_CASE("no reachable MASTER_ADDR fails the task unless the user exported one"
   TaskFacts user = untouched();
   user.env["MASTER_ADDR"] = "10.2.3.4";
   CHECK(env_of(finalize_task(plan, 0, user), "MASTER_ADDR") == "<unset>");
+}
+
+TEST_CASE("placed around Slurm's GPU, a task keeps the step's data network and NCCL_TOPO_FILE", "[task]") {
+  StepFacts f = facts();
+  f.ifname = "ib0";
+  f.nccl_topo_file = "/run/train-runtime/topology.nccl.xml";
+  StepPlan plan = plan_step(node(), true, f, {}, {});
+  TaskFacts swapped = untouched();
+  swapped.env["SLURM_STEP_GPUS"] = swapped.env["CUDA_VISIBLE_DEVICES"] = "1";
+  FinalTask t = finalize_task(plan, 0, swapped);
+  REQUIRE_THAT(t.notes.at(0), Catch::Contains("placed around GPU 0000:85:00.0"));
+  for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TRAINRT_IFNAME"}) CHECK(env_of(t, name) == "ib0");
+  CHECK(env_of(t, "NCCL_TOPO_FILE") == "/run/train-runtime/topology.nccl.xml");
+  CHECK(env_of(finalize_task(plan, 1, untouched()), "NCCL_TOPO_FILE") == "/run/train-runtime/topology.nccl.xml");
 }

@@ -5,7 +5,7 @@
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/node.hpp"
 
-namespace trainrt::test {
+namespace trainrt::testing {
 
 inline const topo::Node& two_gpu_node() {
   static const topo::Node n = [] {
@@ -20,4 +20,4 @@ inline const topo::Node& two_gpu_node() {
   return n;
 }
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

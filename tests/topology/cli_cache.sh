@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trainrt-topo --write-cache / --cache: a written cache gives the same placement as the file it
+# trainrt-topo write-cache / show --cache: a written cache gives the same placement as the file it
 # digests; an unusable one (world-writable, a link, stale, corrupt) is exit 2 with one line naming it.
 set -u
 topo=$1
@@ -28,23 +28,23 @@ expect_error() {  # expect_error WORD-IN-MESSAGE ARGS...
   fi
 }
 
-"$topo" --nccl-xml "$tmp/node.xml" --write-cache "$tmp/c/topology.cache" >/dev/null || fail "write-cache"
+"$topo" write-cache "$tmp/c/topology.cache" --nccl-xml "$tmp/node.xml" >/dev/null || fail "write-cache"
 [[ $(stat -c %a "$tmp/c/topology.cache") == 644 ]] || fail "cache mode is not 644"
-want=$("$topo" --nccl-xml "$tmp/node.xml" --format env)
-got=$("$topo" --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache" --format env) || fail "--cache"
+want=$("$topo" show --nccl-xml "$tmp/node.xml" --format env)
+got=$("$topo" show --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache" --format env) || fail "--cache"
 [[ "$want" == "$got" ]] && echo "ok: same placement from the cache" || fail "placement from the cache differs"
 
-expect_error "another source" --cache "$tmp/c/topology.cache"   # a file's cache, asked for the live machine
+expect_error "another source" show --cache "$tmp/c/topology.cache"   # a file's cache, asked for the live machine
 ln -s "$tmp/c/topology.cache" "$tmp/c/link.cache"
-expect_error "link.cache" --nccl-xml "$tmp/node.xml" --cache "$tmp/c/link.cache"
+expect_error "link.cache" show --nccl-xml "$tmp/node.xml" --cache "$tmp/c/link.cache"
 chmod 666 "$tmp/c/topology.cache"
-expect_error "writable by group or others" --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
+expect_error "writable by group or others" show --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
 chmod 644 "$tmp/c/topology.cache"
 printf 'x' >> "$tmp/c/topology.cache"
-expect_error "checksum" --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
-"$topo" --nccl-xml "$tmp/node.xml" --write-cache "$tmp/c/topology.cache" >/dev/null || fail "rewrite"
+expect_error "checksum" show --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
+"$topo" write-cache "$tmp/c/topology.cache" --nccl-xml "$tmp/node.xml" >/dev/null || fail "rewrite"
 sleep 0.02; cp "$tmp/node.xml" "$tmp/node2.xml"; cat "$tmp/node2.xml" > "$tmp/node.xml"
-expect_error "stale topology cache: the topology file changed" --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
-expect_error "absolute" --nccl-xml "$tmp/node.xml" --write-cache relative.cache
+expect_error "stale topology cache: the topology file changed" show --nccl-xml "$tmp/node.xml" --cache "$tmp/c/topology.cache"
+expect_error "absolute" write-cache relative.cache --nccl-xml "$tmp/node.xml"
 echo "cli_cache: $fails failure(s)"
 exit $((fails > 0))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# trainrt-topo never dies on input (issue 19, item 5): under the default 8 MiB stack, 1 GiB of
+# trainrt-topo never dies on input: under the default 8 MiB stack, 1 GiB of
 # address space and a timeout, every hostile file or value ends in exit 2 and one printable line
 # on stderr; names with control bytes or invalid UTF-8 come out escaped in the table and the JSON.
 set -u
@@ -44,30 +44,30 @@ deep=100000
   for ((i = 0; i < deep; i++)); do printf '</object>'; done
   printf '</object></topology>\n'
 } >"$tmp/deep-hwloc.xml"
-expect_error "nested more than" --nccl-xml "$tmp/deep-nccl.xml" --policy numa
-expect_error "nested more than" --xml "$tmp/deep-nccl.xml" --policy numa
-expect_error "nested more than" --xml "$tmp/deep-hwloc.xml" --policy numa
+expect_error "nested more than" show --nccl-xml "$tmp/deep-nccl.xml" --policy numa
+expect_error "nested more than" show --xml "$tmp/deep-nccl.xml" --policy numa
+expect_error "nested more than" show --xml "$tmp/deep-hwloc.xml" --policy numa
 
 printf '<system version="1"><cpu numaid="0" affinity="1%s"/></system>' "$(printf '%0600d' 0 | tr 0 ,)" >"$tmp/wide.xml"
-expect_error "words" --nccl-xml "$tmp/wide.xml" --policy numa
+expect_error "words" show --nccl-xml "$tmp/wide.xml" --policy numa
 printf '<system version="1"><cpu numaid="4294967296" affinity="f"/></system>' >"$tmp/numa.xml"
-expect_error "numaid" --nccl-xml "$tmp/numa.xml" --policy numa
+expect_error "numaid" show --nccl-xml "$tmp/numa.xml" --policy numa
 truncate -s 17M "$tmp/huge.xml"
-expect_error "MiB limit" --xml "$tmp/huge.xml"
+expect_error "MiB limit" show --xml "$tmp/huge.xml"
 mkfifo "$tmp/fifo.xml"
-expect_error "not a regular file" --xml "$tmp/fifo.xml"
-expect_error "not a regular file" --nccl-xml /dev/zero
+expect_error "not a regular file" show --xml "$tmp/fifo.xml"
+expect_error "not a regular file" show --nccl-xml /dev/zero
 
 # A bus id that carries an escape sequence, a newline (&#10;) and invalid UTF-8 into the message.
 printf '<system version="1"><cpu numaid="0" affinity="f"><pci busid="\033[31mred&#10;second line\377" class="0x030200"/></cpu></system>' >"$tmp/esc.xml"
-expect_error "bad busid" --nccl-xml "$tmp/esc.xml"
+expect_error "bad busid" show --nccl-xml "$tmp/esc.xml"
 
 # Values on the command line are bounded too.
 printf '<system version="1"><cpu numaid="0" affinity="f"/></system>' >"$tmp/small.xml"
-expect_error "cpu list" --nccl-xml "$tmp/small.xml" --policy numa --cpus 0-4000000000
-expect_error "--tasks" --nccl-xml "$tmp/small.xml" --policy numa --tasks 4000000000
-expect_error "--tasks" --nccl-xml "$tmp/small.xml" --policy numa --tasks 4294967296
-expect_error "bad\\x1b" --nccl-xml "$tmp/small.xml" --policy numa --gpus $'bad\033[2J'
+expect_error "cpu list" show --nccl-xml "$tmp/small.xml" --policy numa --cpus 0-4000000000
+expect_error "--tasks" show --nccl-xml "$tmp/small.xml" --policy numa --tasks 4000000000
+expect_error "--tasks" show --nccl-xml "$tmp/small.xml" --policy numa --tasks 4294967296
+expect_error "bad\\x1b" show --nccl-xml "$tmp/small.xml" --policy numa --gpus $'bad\033[2J'
 
 # Names from a file with control bytes, a C1 CSI (U+009B) and invalid UTF-8: the table escapes
 # them, the JSON is valid and carries them as \u escapes or U+FFFD.
@@ -75,7 +75,7 @@ printf '<system version="1"><cpu numaid="0" affinity="f">
 <pci busid="0000:01:00.0" class="0x030200" vendor="0x10de" device="0x20b0"/>
 <pci busid="0000:02:00.0" class="0x020700" vendor="0x15b3" device="0x101b"><nic><net name="mlx5_\033[2J&#10;&#xd;\302\233x\377\376" port="1"/></nic></pci>
 </cpu></system>\n' >"$tmp/names.xml"
-limited --nccl-xml "$tmp/names.xml" --tasks 1
+limited show --nccl-xml "$tmp/names.xml" --tasks 1
 if [[ $rc -ne 0 ]]; then
   fail "names.xml table: rc=$rc $(cat -v "$tmp/err")"
 elif ! printable "$tmp/out" || LC_ALL=C grep -q $'\xc2\x9b\|\xff' "$tmp/out"; then
@@ -85,7 +85,7 @@ elif [[ $out != *'mlx5_\x1b[2J\x0a\x0d\xc2\x9bx\xff\xfe'* ]]; then
 else
   echo "ok: table escapes names from the file"
 fi
-limited --nccl-xml "$tmp/names.xml" --tasks 1 --format json
+limited show --nccl-xml "$tmp/names.xml" --tasks 1 --format json
 if [[ $rc -ne 0 ]]; then
   fail "names.xml json: rc=$rc $(cat -v "$tmp/err")"
 elif ! python3 -c 'import json,sys; d=json.load(open(sys.argv[1], encoding="utf-8")); n=d["nics"][0]["name"]; assert n.startswith("mlx5_\x1b[2J\n\r\x9bx") and n.endswith("\ufffd"), repr(n)' "$tmp/out"; then

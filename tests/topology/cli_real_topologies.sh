@@ -24,12 +24,12 @@ expect_error() {  # expect_error WORD-IN-MESSAGE ARGS...
   fi
 }
 turin=$shared/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml
-expect_error "need 8 GPUs" --xml "$turin" --tasks 8
-expect_error "GPU 9 does not exist" --xml "$turin" --gpus 0,9
-expect_error "mlx5_42" --xml "$turin" --nic-include mlx5_42
+expect_error "need 8 GPUs" show --xml "$turin" --tasks 8
+expect_error "GPU 9 does not exist" show --xml "$turin" --gpus 0,9
+expect_error "mlx5_42" show --xml "$turin" --nic-include mlx5_42
 # Rank 0 gets mlx5_0; the Ethernet ports mlx5_1 and mlx5_2 are never handed out, neither as a
 # rank's NIC nor in any NCCL_IB_HCA.
-"$topo" --xml "$turin" --tasks 4 --format json >"$tmp/turin.json" || { echo "FAIL: turin json"; fails=$((fails + 1)); }
+"$topo" show --xml "$turin" --tasks 4 --format json >"$tmp/turin.json" || { echo "FAIL: turin json"; fails=$((fails + 1)); }
 python3 - "$tmp/turin.json" <<'PY' || { echo "FAIL: turin rails (above)"; fails=$((fails + 1)); }
 import json, re, sys
 d = json.load(open(sys.argv[1]))
@@ -40,7 +40,7 @@ for r in ranks:
     assert not {"mlx5_1", "mlx5_2"} & set(names), (r["local_rank"], names)
 PY
 for f in "$shared"/*.xml; do
-  "$topo" --xml "$f" --format json >/dev/null || { echo "FAIL: $f does not load"; fails=$((fails + 1)); }
+  "$topo" show --xml "$f" --format json >/dev/null || { echo "FAIL: $f does not load"; fails=$((fails + 1)); }
 done
 echo "cli_real_topologies: $fails failure(s)"
 exit $((fails > 0))

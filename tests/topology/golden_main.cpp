@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   bool listing = false;  // catch_discover_tests-style listing must work without the folder
   for (int i = 1; i < argc; ++i)
     if (std::string_view(argv[i]).starts_with("--list")) listing = true;
-  if (!listing && trainrt::test::shared_topologies_dir().empty()) {
+  if (!listing && trainrt::testing::shared_topologies_dir().empty()) {
     std::printf("SKIPPED: %s is absent (set TRAINRT_SHARED_TOPOLOGIES); golden tests on real topologies did not run\n",
                 TRAINRT_SHARED_TOPOLOGIES);
     return 77;

@@ -1,4 +1,4 @@
-// Proves that live topology discovery talks to no other process (issue 19, item 1).
+// Proves that live topology discovery talks to no other process.
 //
 //   live_socket_probe library          load_live() in this process under a seccomp filter that
 //                                      traps socket(), socketpair() and connect(); exit 1 if any

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string>
 
-namespace trainrt::test {
+namespace trainrt::testing {
 
 inline std::string shared_topologies_dir() {
   const char* env = std::getenv("TRAINRT_SHARED_TOPOLOGIES");
@@ -12,4 +12,4 @@ inline std::string shared_topologies_dir() {
   return std::filesystem::is_directory(dir) ? dir : std::string{};
 }
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

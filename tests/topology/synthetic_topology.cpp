@@ -9,7 +9,9 @@
 #include <set>
 #include <stdexcept>
 
-namespace trainrt::test {
+#include "../common/temp_dir.hpp"
+
+namespace trainrt::testing {
 namespace {
 
 std::string mask(const std::set<unsigned>& bits) {
@@ -79,10 +81,13 @@ struct Writer {
 }  // namespace
 
 std::string temp_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / fmt::format("trainrt-test-{}-{}", ::getpid(), name);
+  // One mkdtemp root per test program, removed when it exits: the named folders inside stay apart
+  // from another run's and are emptied on each call.
+  static const testing::TempDir root("trainrt-test-");
+  const std::string dir = root / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 std::string write_hwloc_xml(const SynthNode& node, const std::string& name) {
@@ -144,4 +149,4 @@ std::string write_hwloc_xml(const SynthNode& node, const std::string& name) {
   return path;
 }
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

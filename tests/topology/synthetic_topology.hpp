@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace trainrt::test {
+namespace trainrt::testing {
 
 struct SynthNic {
   std::string busid;          // e.g. "0000:03:00.0"
@@ -49,4 +49,4 @@ std::string write_hwloc_xml(const SynthNode& node, const std::string& name);
 // A fresh, empty directory for one test's files.
 std::string temp_dir(const std::string& name);
 
-}  // namespace trainrt::test
+}  // namespace trainrt::testing

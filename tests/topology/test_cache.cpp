@@ -1,4 +1,4 @@
-// The digested topology cache (issue 15): a round trip keeps the whole Node, and a cache that is
+// The digested topology cache: a round trip keeps the whole Node, and a cache that is
 // corrupt, forged, stale, a link or writable by others is refused, with the step falling back.
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
@@ -13,7 +13,7 @@
 #include "trainrt/topology/load.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 

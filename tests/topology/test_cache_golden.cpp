@@ -11,7 +11,7 @@
 using namespace trainrt::topo;
 
 TEST_CASE("every real topology round-trips through the cache", "[cache]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   unsigned files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() != ".xml") continue;

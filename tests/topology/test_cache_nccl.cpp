@@ -14,7 +14,7 @@
 #include "trainrt/topology/render.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 

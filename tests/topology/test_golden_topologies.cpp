@@ -109,7 +109,7 @@ std::string nic_key(const Nic& n) { return n.rdma_name.empty() ? n.busid : n.rdm
 }  // namespace
 
 TEST_CASE("golden placements on real GPU servers", "[golden]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   REQUIRE_FALSE(dir.empty());  // golden_main.cpp skips the whole executable (exit 77) without it
   for (const Golden& g : goldens()) {
     SECTION(g.file) {
@@ -156,7 +156,7 @@ TEST_CASE("golden placements on real GPU servers", "[golden]") {
 }
 
 TEST_CASE("identical JUWELS boxes with differently named NICs get the same rails", "[golden]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   REQUIRE_FALSE(dir.empty());
   Node a = load_file(dir + "/hwloc-jsc-juwels-booster-jwb0001-4xA100-4xHDR.xml");
   Node b = load_file(dir + "/hwloc-jsc-juwels-booster-jwb0004-4xA100-4xHDR.xml");
@@ -174,7 +174,7 @@ TEST_CASE("identical JUWELS boxes with differently named NICs get the same rails
 }
 
 TEST_CASE("real files carry the device details the model promises", "[golden]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   REQUIRE_FALSE(dir.empty());
   Node turin = load_file(dir + "/hwloc-lenovo-sd665nv3-turin-4xH200-4xCX7.xml");
   CHECK(turin.hostname == "h200-1001");

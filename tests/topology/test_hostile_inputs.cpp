@@ -1,4 +1,4 @@
-// Hostile topology inputs (issue 19): every size, count and depth a file or a CPU list controls is
+// Hostile topology inputs: every size, count and depth a file or a CPU list controls is
 // bounded before it is used, and each excess is a trainrt::Error naming the input, never a crash,
 // a hang or an allocation the input sized. hostile_main.cpp runs these under an 8 MiB stack and a
 // 1 GiB address-space limit; CTest adds a timeout.
@@ -18,7 +18,7 @@
 #include "trainrt/topology/load.hpp"
 
 using namespace trainrt::topo;
-using trainrt::test::temp_dir;
+using trainrt::testing::temp_dir;
 
 namespace {
 
@@ -53,9 +53,9 @@ std::string gpu_pci(const std::string& busid) {
 
 // A valid small hwloc XML (one package, 4 cores, a GPU) to make hostile variants of.
 std::string base_hwloc_xml() {
-  trainrt::test::SynthNode n;
+  trainrt::testing::SynthNode n;
   n.packages = {{{{4, {{{{{"0000:03:00.0"}, {}}}}}}}}};
-  return read_file(trainrt::test::write_hwloc_xml(n, "hostile-base"));
+  return read_file(trainrt::testing::write_hwloc_xml(n, "hostile-base"));
 }
 
 std::string replace_first(std::string s, const std::string& from, const std::string& to) {

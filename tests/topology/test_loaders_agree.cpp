@@ -1,4 +1,4 @@
-// Both loaders build GPUs and NICs with one builder (issue 15): the same machine described as an
+// Both loaders build GPUs and NICs with one builder: the same machine described as an
 // hwloc XML and as an NCCL topology file gives the same GPUs and NICs, EFA included.
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include "trainrt/topology/load.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 

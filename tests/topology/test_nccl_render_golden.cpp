@@ -1,12 +1,12 @@
-// The generated NCCL topology (trainrt-topo --format nccl-xml) read back by our NCCL loader gives
+// The generated NCCL topology (trainrt-topo show --format nccl-xml) read back by our NCCL loader gives
 // the same GPUs (bus id, NUMA node) and the same rails (each GPU's rail NICs by bus id and link
 // layer) for every real topology in ../shared/topologies.
 #include <catch2/catch.hpp>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "../common/temp_dir.hpp"
 #include "shared_topologies.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/rails.hpp"
@@ -30,21 +30,19 @@ std::vector<std::string> rail_text(const Node& node) {
 }  // namespace
 
 TEST_CASE("every real topology's generated NCCL file reads back to the same rails", "[nccl-render]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
-  const auto tmp = std::filesystem::temp_directory_path() / ("trainrt-nccl-render-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(tmp);
+  const std::string dir = trainrt::testing::shared_topologies_dir();
+  const trainrt::testing::TempDir tmp("trainrt-nccl-render-");
   unsigned files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() != ".xml") continue;
     INFO(e.path().string());
     Node original = load_file(e.path().string());
-    const std::string out = (tmp / e.path().filename()).string();
+    const std::string out = tmp / e.path().filename().string();
     std::ofstream(out) << render_nccl_topology(original);
     Node back = load_nccl_xml(out);
     CHECK(back.gpus.size() == original.gpus.size());
     CHECK(rail_text(back) == rail_text(original));
     ++files;
   }
-  std::filesystem::remove_all(tmp);
   CHECK(files >= 8);
 }

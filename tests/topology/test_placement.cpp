@@ -7,7 +7,7 @@
 #include "trainrt/topology/placement.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 
@@ -228,4 +228,69 @@ TEST_CASE("environment rendering: the exact contract", "[env]") {
   for (const auto& v : env) CHECK(v.name != "NCCL_IB_HCA");
   CHECK(std::find(env.begin(), env.end(), EnvVar{"TRAINRT_BIND", "0"}) != env.end());
   CHECK(std::find(env.begin(), env.end(), EnvVar{"OMP_NUM_THREADS", "16"}) != env.end());
+}
+
+TEST_CASE("environment rendering: what the launcher decided, every variable from this one function", "[env]") {
+  const Node& node = four_gpu_node();
+  Placement p = place(node, tasks(4));
+  auto value = [](const std::vector<EnvVar>& e, const char* name) {
+    for (const auto& v : e)
+      if (v.name == name) return v.value;
+    return std::string("<unset>");
+  };
+  auto names = [](const std::vector<EnvVar>& e) {
+    std::vector<std::string> out;
+    for (const auto& v : e) out.push_back(v.name);
+    return out;
+  };
+  const StepIdentity step{13, 32, 4, 3, 8, "10.0.0.1", 20123, 77, 2};
+
+  // Slurm bound the task to a GPU and the task still sees the others: the launcher's order.
+  EnvOptions listed;
+  listed.gpu_view = GpuView::Listed;
+  listed.listed_gpus = {3, 2, 0, 1};
+  auto l = render_env(node, p, p.tasks[2], listed);
+  CHECK(value(l, "CUDA_VISIBLE_DEVICES") == "3,2,0,1");
+  CHECK(value(l, "TRAINRT_CUDA_DEVICE") == "1");
+
+  // Slurm confined the task: its GPU is named only by UUID, else Slurm's value stands.
+  EnvOptions confined;
+  confined.gpu_view = GpuView::Confined;
+  auto c = render_env(node, p, p.tasks[2], confined);
+  CHECK(value(c, "CUDA_VISIBLE_DEVICES") == "<unset>");
+  CHECK(value(c, "TRAINRT_CUDA_DEVICE") == "0");
+  confined.cuda_ids = {"GPU-a", "GPU-b", "GPU-c", "GPU-d"};
+  CHECK(value(render_env(node, p, p.tasks[2], confined), "CUDA_VISIBLE_DEVICES") == "GPU-c");
+
+  // After the placement's and the step's: the data network, NCCL_TOPO_FILE, then what was kept.
+  EnvOptions net;
+  net.step = step;
+  net.ifname = "ib0";
+  net.nccl_topo_file = "/run/train-runtime/topology.nccl.xml";
+  net.existing = {{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "29501"}, {"UCX_NET_DEVICES", "mlx5_2:1"}, {"RANK", "7"}};
+  auto e = render_env(node, p, p.tasks[2], net);
+  auto tail = names(e);
+  tail.erase(tail.begin(), tail.end() - 6);
+  CHECK(tail == std::vector<std::string>{"TRAINRT_STEP_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TRAINRT_IFNAME",
+                                         "NCCL_TOPO_FILE", "TRAINRT_ENV_KEPT"});
+  CHECK(value(e, "TRAINRT_IFNAME") == "ib0");
+  CHECK(value(e, "TRAINRT_ENV_KEPT") == "OMP_NUM_THREADS,MASTER_PORT");  // UCX's is ours already
+  CHECK(value(e, "OMP_NUM_THREADS") == "<unset>");
+  CHECK(value(e, "MASTER_PORT") == "<unset>");
+  CHECK(value(e, "UCX_NET_DEVICES") == "mlx5_2:1");
+  CHECK(value(e, "RANK") == "13");  // who the task is is not a tunable
+  net.override_existing = true;
+  auto o = render_env(node, p, p.tasks[2], net);
+  CHECK(value(o, "OMP_NUM_THREADS") == "4");
+  CHECK(value(o, "TRAINRT_ENV_OVERRIDDEN") == "OMP_NUM_THREADS,MASTER_PORT");
+  CHECK(value(o, "TRAINRT_ENV_KEPT") == "<unset>");
+
+  // A launcher step's one task: the node's rails and where its ranks meet, nothing per rank.
+  EnvOptions launcher;
+  launcher.launcher = true;
+  launcher.step = step;
+  CHECK(names(render_env(node, p, p.tasks[0], launcher)) ==
+        std::vector<std::string>{"NCCL_IB_HCA", "TRAINRT_LAUNCHER", "TRAINRT_POLICY", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                                 "MASTER_ADDR", "MASTER_PORT", "TRAINRT_NODE_ID", "TRAINRT_NNODES", "TRAINRT_JOB_ID",
+                                 "TRAINRT_STEP_ID"});
 }

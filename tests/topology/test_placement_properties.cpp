@@ -16,18 +16,18 @@ namespace {
 
 std::vector<Node> all_topologies() {
   std::vector<Node> nodes;
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   if (!dir.empty())
     for (const auto& e : std::filesystem::directory_iterator(dir))
       if (e.path().extension() == ".xml") nodes.push_back(load_file(e.path().string()));
-  trainrt::test::SynthNode s;
+  trainrt::testing::SynthNode s;
   auto sw = [](const char* gpu, const char* nic, const char* name) {
-    return trainrt::test::SynthSwitch{{gpu}, {trainrt::test::SynthNic{nic, name, "", 0x0207, 1}}};
+    return trainrt::testing::SynthSwitch{{gpu}, {trainrt::testing::SynthNic{nic, name, "", 0x0207, 1}}};
   };
   s.packages = {{{{3, {{{sw("0000:05:00.0", "0000:04:00.0", "mlx5_0"), sw("0000:07:00.0", "0000:06:00.0", "mlx5_1")}}}},
                   {5, {}}}},
                 {{{2, {{{sw("0000:85:00.0", "0000:84:00.0", "mlx5_2")}}}}}}};
-  nodes.push_back(load_hwloc_xml(trainrt::test::write_hwloc_xml(s, "property")));
+  nodes.push_back(load_hwloc_xml(trainrt::testing::write_hwloc_xml(s, "property")));
   return nodes;
 }
 
@@ -43,7 +43,7 @@ CpuSet random_subset(const CpuSet& all, std::mt19937& rng, double keep) {
 }  // namespace
 
 TEST_CASE("placement properties over topologies x task counts x random allowed masks", "[property]") {
-  const std::string dir = trainrt::test::shared_topologies_dir();
+  const std::string dir = trainrt::testing::shared_topologies_dir();
   if (dir.empty()) WARN("../shared/topologies is absent: properties checked on the synthetic node only");
   const unsigned seed = 20261122;
   std::mt19937 rng(seed);

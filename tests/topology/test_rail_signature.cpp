@@ -1,4 +1,4 @@
-// The cross-node rail check (issue 15): identical layouts agree, a port down or a NIC on another
+// The cross-node rail check: identical layouts agree, a port down or a NIC on another
 // GPU names the node that differs, and a line that is not an honest signature is an error.
 #include <catch2/catch.hpp>
 
@@ -11,7 +11,7 @@
 #include "trainrt/topology/rails.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 
@@ -59,7 +59,7 @@ TEST_CASE("rail check input that is not an honest signature is an error", "[rail
   std::string forged = line;
   forged.back() = forged.back() == 'X' ? 'Y' : 'X';  // the layout no longer matches its hash
   CHECK_THROWS_WITH(check_rail_signatures(forged), Catch::Contains("does not match"));
-  CHECK_THROWS_WITH(check_rail_signatures("n1 hello world\n"), Catch::Contains("not a trainrt-topo --rail-signature"));
+  CHECK_THROWS_WITH(check_rail_signatures("n1 hello world\n"), Catch::Contains("not a trainrt-topo rail-signature"));
   CHECK_THROWS_WITH(check_rail_signatures("\n\n"), Catch::Contains("no signature lines"));
   CHECK_THROWS_WITH(check_rail_signatures("n1 rails/1:0000000000000000 " + std::string(70000, 'x')),
                     Catch::Contains("longer than"));

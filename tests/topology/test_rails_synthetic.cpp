@@ -7,7 +7,7 @@
 #include "trainrt/topology/rails.hpp"
 
 using namespace trainrt::topo;
-using namespace trainrt::test;
+using namespace trainrt::testing;
 
 namespace {
 

@@ -2,8 +2,9 @@
 //   "TRTOPOC\n" | u32 version | stamp | node | u64 FNV-1a of every byte before it
 // Integers are little-endian with explicit widths; a string is u32 length + bytes; a list is u32
 // count + items; a CpuSet is a list of inclusive u32 ranges. The reader bounds every length and
-// count before using it (the caps of node_builder.hpp), checks every index against its list and
-// rejects trailing bytes, so a corrupt or forged file is an error, never a strange Node.
+// count before using it (the caps of node_builder.hpp), checks every index against its list,
+// rejects trailing bytes, and then holds the Node to every invariant the loaders' Nodes hold
+// (check_node), so a corrupt or forged file is an error, never a strange Node.
 #include <fmt/format.h>
 
 #include <bit>
@@ -19,11 +20,8 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'R', 'T', 'O', 'P', 'O', 'C', '\n'};
 constexpr std::uint32_t kVersion = 1;
-constexpr std::uint32_t kMaxString = 4096;       // host names, bus ids, models, paths
-constexpr std::uint32_t kMaxNetdevs = 256;       // per NIC
-constexpr std::uint32_t kMaxPorts = 256;         // per NIC
+constexpr std::uint32_t kMaxString = 4096;  // host names, bus ids, models, paths (stricter than kMaxNodeString)
 constexpr std::uint32_t kMaxPackages = kMaxNumaNodes;
-constexpr std::int64_t kMaxOsIndex = 1 << 20;    // package os indexes and the like
 
 class Writer {
  public:
@@ -80,6 +78,7 @@ class Reader {
   std::uint32_t u32() { return static_cast<std::uint32_t>(le(4)); }
   std::uint64_t u64() { return le(8); }
   std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+  std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
   // A signed index in [lo, hi).
   int index(std::int64_t lo, std::int64_t hi, const char* what) {
     const auto v = static_cast<std::int32_t>(u32());
@@ -194,16 +193,18 @@ Node get_node(Reader& r) {
   n.source = r.str("source length");
   n.cores_are_pus = r.flag();
   n.packages.resize(r.count(kMaxPackages, "packages"));
-  for (auto& p : n.packages) p.os_index = static_cast<unsigned>(r.index(0, kMaxOsIndex, "package")), p.cpus = r.cpus();
+  // Package and core os indexes are labels (hwloc's "unknown" is 2^32-1); a reference to a package
+  // is one of them or -1, which check_node holds it to.
+  for (auto& p : n.packages) p.os_index = r.u32(), p.cpus = r.cpus();
   n.numa_nodes.resize(r.count(kMaxNumaNodes, "NUMA nodes"));
   for (auto& m : n.numa_nodes) {
     m.os_index = static_cast<unsigned>(r.index(0, kMaxNumaNodes, "NUMA os index"));
-    m.cpus = r.cpus(), m.memory_bytes = r.u64(), m.package = r.index(-1, kMaxOsIndex, "package");
+    m.cpus = r.cpus(), m.memory_bytes = r.u64(), m.package = r.i32();
   }
   n.cores.resize(r.count(CpuSet::kMaxCpus, "cores"));
   for (auto& c : n.cores) {
-    c.os_index = static_cast<unsigned>(r.index(0, kMaxOsIndex, "core os index"));
-    c.pus = r.cpus(), c.numa = r.index(-1, kMaxNumaNodes, "core NUMA"), c.package = r.index(-1, kMaxOsIndex, "package");
+    c.os_index = r.u32();
+    c.pus = r.cpus(), c.numa = r.index(-1, kMaxNumaNodes, "core NUMA"), c.package = r.i32();
   }
   n.pci.resize(r.count(kMaxPciNodes, "PCI vertices"));
   const int npci = static_cast<int>(n.pci.size());
@@ -215,7 +216,7 @@ Node get_node(Reader& r) {
     p.busid = r.str("bus id length");
     p.vendor = r.u16(), p.device = r.u16(), p.class_id = r.u16();
     p.numa = r.numa_list();
-    p.package = r.index(-1, kMaxOsIndex, "package");
+    p.package = r.i32();
   }
   n.gpus.resize(r.count(kMaxGpus, "GPUs"));
   for (std::size_t i = 0; i < n.gpus.size(); ++i) {
@@ -286,6 +287,9 @@ CachedNode decode_cache(std::string_view bytes, const std::string& context) {
   out.stamp = get_stamp(r);
   out.node = get_node(r);
   if (r.pos() != body.size()) r.fail(fmt::format("{} bytes after the node", body.size() - r.pos()));
+  // A valid checksum says the bytes are what a writer wrote, not that a loader made the Node: a
+  // forged or buggy cache must not hand placement a node it cannot handle.
+  check_node(out.node, context);
   return out;
 }
 

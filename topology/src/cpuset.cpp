@@ -4,9 +4,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
+#include <optional>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
 
 namespace trainrt::topo {
@@ -18,10 +19,9 @@ constexpr unsigned kMaxCpu = CpuSet::kMaxCpus;
 std::string_view quoted(std::string_view text) { return text.size() > 80 ? text.substr(0, 80) : text; }
 
 unsigned parse_cpu_number(std::string_view token, std::string_view whole) {
-  unsigned value = 0;
-  auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-  if (token.empty() || ec != std::errc() || ptr != token.data() + token.size())
-    throw Error(fmt::format("'{}' is not a CPU number", token), fmt::format("cpu list '{}'", quoted(whole)));
+  const std::optional<unsigned> number = to_number<unsigned>(token);
+  if (!number) throw Error(fmt::format("'{}' is not a CPU number", token), fmt::format("cpu list '{}'", quoted(whole)));
+  const unsigned value = *number;
   if (value >= kMaxCpu)
     throw Error(fmt::format("CPU {} is beyond the largest supported index {}", value, kMaxCpu - 1),
                 fmt::format("cpu list '{}'", quoted(whole)));
@@ -33,7 +33,8 @@ unsigned parse_cpu_number(std::string_view token, std::string_view whole) {
 CpuSet CpuSet::range(unsigned first, unsigned last) {
   CpuSet s;
   if (last < first) return s;
-  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  if (last >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
   s.set_range(first, last);
   return s;
 }
@@ -78,10 +79,9 @@ CpuSet CpuSet::parse_hex_mask(std::string_view text) {
     if (w.empty()) continue;
     // hwloc writes an infinite set as 0xf...f,...; anything longer than a 32-bit word is malformed.
     if (w.size() > 8) throw Error(fmt::format("word '{}' is wider than 32 bits", *it), fmt::format("cpu mask '{}'", quoted(text)));
-    std::uint32_t value = 0;
-    auto [ptr, ec] = std::from_chars(w.data(), w.data() + w.size(), value, 16);
-    if (ec != std::errc() || ptr != w.data() + w.size())
-      throw Error(fmt::format("'{}' is not hexadecimal", *it), fmt::format("cpu mask '{}'", quoted(text)));
+    const std::optional<std::uint32_t> word = to_number<std::uint32_t>(w, 0, 0xffffffff, 16);
+    if (!word) throw Error(fmt::format("'{}' is not hexadecimal", *it), fmt::format("cpu mask '{}'", quoted(text)));
+    const std::uint32_t value = *word;
     for (unsigned b = 0; b < 32; ++b)
       if (value & (1u << b)) s.set(word_index * 32 + b);
   }
@@ -90,7 +90,8 @@ CpuSet CpuSet::parse_hex_mask(std::string_view text) {
 
 void CpuSet::set_range(unsigned first, unsigned last) {
   if (last < first) return;
-  if (last >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
+  if (last >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", last, kMaxCpu - 1));
   const std::size_t lo_w = first / 64, hi_w = last / 64;
   if (words_.size() <= hi_w) words_.resize(hi_w + 1, 0);
   for (std::size_t w = lo_w; w <= hi_w; ++w) {
@@ -102,7 +103,8 @@ void CpuSet::set_range(unsigned first, unsigned last) {
 }
 
 void CpuSet::set(unsigned cpu) {
-  if (cpu >= kMaxCpu) throw Error(fmt::format("CPU {} is beyond the largest supported index {}", cpu, kMaxCpu - 1));
+  if (cpu >= kMaxCpu)
+    throw UsageError(fmt::format("CPU {} is beyond the largest supported index {}", cpu, kMaxCpu - 1));
   std::size_t w = cpu / 64;
   if (words_.size() <= w) words_.resize(w + 1, 0);
   words_[w] |= std::uint64_t{1} << (cpu % 64);

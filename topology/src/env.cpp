@@ -63,12 +63,16 @@ void gpu_vars(const Placement& placement, const TaskPlacement& task, const EnvOp
   if (task.gpus.empty()) return;
   // Our GPU indexes are PCI bus order; CUDA numbers devices that way only when told to.
   env.push_back({"CUDA_DEVICE_ORDER", "PCI_BUS_ID"});
-  std::vector<unsigned> visible = options.gpu_view == GpuView::Node ? node_gpu_order(placement) : task.gpus;
+  std::vector<unsigned> visible = options.gpu_view == GpuView::Node     ? node_gpu_order(placement)
+                                  : options.gpu_view == GpuView::Listed ? options.listed_gpus
+                                                                        : task.gpus;
   std::size_t own = static_cast<std::size_t>(std::find(visible.begin(), visible.end(), task.gpus.front()) -
                                              visible.begin());
   std::vector<std::string> ids;
   for (unsigned g : visible) ids.push_back(cuda_id(options, g));
-  env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(ids, ","))});
+  const bool named = options.gpu_view != GpuView::Confined ||
+                     std::all_of(ids.begin(), ids.end(), [](const std::string& id) { return id.starts_with("GPU-"); });
+  if (named) env.push_back({"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(ids, ","))});
   env.push_back({"TRAINRT_CUDA_DEVICE", fmt::format("{}", own)});
 }
 
@@ -84,11 +88,29 @@ void nic_vars(const Node& node, const Placement& placement, const TaskPlacement&
   env.push_back({"UCX_NET_DEVICES", own});
 }
 
-}  // namespace
+// What a launcher step's one task gets: the node's rails and where the ranks it starts meet.
+void launcher_vars(const Node& node, const Placement& placement, const EnvOptions& options,
+                   std::vector<EnvVar>& env) {
+  if (placement.policy == Policy::Rail) {
+    std::string hca = nic_port_list(node, node_rail_nics(placement), options.rail_ids ? &placement.rails.rail_of_nic : nullptr);
+    if (!hca.empty()) env.push_back({"NCCL_IB_HCA", "=" + hca});
+  }
+  env.push_back({"TRAINRT_LAUNCHER", "1"});
+  env.push_back({"TRAINRT_POLICY", to_string(placement.policy)});
+  if (const auto& s = options.step) {
+    env.push_back({"GROUP_RANK", fmt::format("{}", s->node_id)});
+    env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", s->nnodes)});
+    env.push_back({"MASTER_ADDR", s->master_addr});
+    env.push_back({"MASTER_PORT", fmt::format("{}", s->master_port)});
+    env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s->node_id)});
+    env.push_back({"TRAINRT_NNODES", fmt::format("{}", s->nnodes)});
+    env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s->job_id)});
+    env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s->step_id)});
+  }
+}
 
-std::vector<EnvVar> render_env(const Node& node, const Placement& placement, const TaskPlacement& task,
-                               const EnvOptions& options) {
-  std::vector<EnvVar> env;
+void task_vars(const Node& node, const Placement& placement, const TaskPlacement& task, const EnvOptions& options,
+               std::vector<EnvVar>& env) {
   std::vector<std::string> busids, nics, rails;
   for (unsigned g : task.gpus) busids.push_back(node.gpus[g].busid);
   for (unsigned n : task.nics) {
@@ -122,6 +144,49 @@ std::vector<EnvVar> render_env(const Node& node, const Placement& placement, con
     env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s->job_id)});
     env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s->step_id)});
   }
+}
+
+// A tunable the task already has with another value: kept (ours left out) or overridden.
+void respect_existing(const EnvOptions& options, std::vector<EnvVar>& env) {
+  std::vector<std::string> kept, replaced;
+  for (const auto& name : tunable_variables()) {
+    auto theirs = options.existing.find(name);
+    auto mine = std::find_if(env.begin(), env.end(), [&](const EnvVar& v) { return v.name == name; });
+    if (mine == env.end() || theirs == options.existing.end() || theirs->second.empty() || theirs->second == mine->value)
+      continue;
+    if (options.override_existing) {
+      replaced.push_back(name);
+    } else {
+      kept.push_back(name);
+      env.erase(mine);
+    }
+  }
+  if (!kept.empty()) env.push_back({"TRAINRT_ENV_KEPT", fmt::format("{}", fmt::join(kept, ","))});
+  if (!replaced.empty()) env.push_back({"TRAINRT_ENV_OVERRIDDEN", fmt::format("{}", fmt::join(replaced, ","))});
+}
+
+}  // namespace
+
+const std::vector<std::string>& tunable_variables() {
+  static const std::vector<std::string> names = {"OMP_NUM_THREADS",    "NCCL_IB_HCA",        "UCX_NET_DEVICES",
+                                                 "MASTER_ADDR",        "MASTER_PORT",        "NCCL_SOCKET_IFNAME",
+                                                 "GLOO_SOCKET_IFNAME", "CUDA_DEVICE_ORDER"};
+  return names;
+}
+
+std::vector<EnvVar> render_env(const Node& node, const Placement& placement, const TaskPlacement& task,
+                               const EnvOptions& options) {
+  std::vector<EnvVar> env;
+  if (options.launcher) launcher_vars(node, placement, options, env);
+  else task_vars(node, placement, task, options, env);
+  if (!options.ifname.empty()) {
+    // NCCL's bootstrap, Gloo and our runtime all open sockets: on the data network, not the first
+    // interface that happens to be up.
+    for (const char* name : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TRAINRT_IFNAME"})
+      env.push_back({name, options.ifname});
+  }
+  if (!options.nccl_topo_file.empty()) env.push_back({"NCCL_TOPO_FILE", options.nccl_topo_file});
+  respect_existing(options, env);
   return env;
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "trainrt/error.hpp"
+#include "trainrt/temp_file.hpp"
 
 namespace trainrt::topo {
 namespace {
@@ -104,24 +105,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes, const 
   const std::string dir = parent_of(path);
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     throw Error(fmt::format("cannot create the {} directory: {}", what, std::strerror(errno)), dir);
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644));
-  if (fd.get() < 0) throw Error(fmt::format("cannot create {}: {}", what, std::strerror(errno)), tmp);
-  auto fail = [&](const std::string& doing) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {}", doing, std::strerror(err)), tmp);
-  };
-  if (::fchmod(fd.get(), 0644) != 0) fail(fmt::format("cannot set the mode of {}", what));  // whatever the umask
-  for (std::size_t off = 0; off < bytes.size();) {
-    ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail(fmt::format("cannot write {}", what));
-    off += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) fail(fmt::format("cannot sync {}", what));
-  if (::close(fd.release()) != 0) fail(fmt::format("cannot close {}", what));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("cannot put {} in place", what));
+  replace_file(path, bytes, 0644, what);
 }
 
 void parse_topology_xml(const std::string& text, const std::string& path, pugi::xml_document& doc) {

@@ -30,8 +30,9 @@ FileRead read_checked_file(const std::string& path, std::size_t max_bytes, const
 // The directory chain check of read_checked_file(trusted): `dir` and every ancestor.
 void check_trusted_directory(const std::string& dir, const char* what);
 
-// Writes `bytes` atomically: a temporary file beside `path` (O_EXCL, no link followed), mode 0644
-// whatever the umask, fsync, rename. Creates the last directory component (0755) when missing.
+// Writes `bytes` atomically with replace_file (trainrt/temp_file.hpp: a temporary beside `path`
+// created exclusively under a random name, mode 0644 whatever the umask, fsync, rename, fsync of the
+// directory). Creates the last directory component (0755) when missing.
 void write_file_atomic(const std::string& path, const std::string& bytes, const char* what);
 
 // The largest file read (real hwloc XMLs of 256-PU GPU servers are about 300 KB).

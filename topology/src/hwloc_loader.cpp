@@ -12,6 +12,7 @@
 #include "hwloc_handle.hpp"
 #include "node_builder.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/load.hpp"
 
 namespace trainrt::topo {
@@ -147,7 +148,8 @@ void read_pci_side(hwloc_topology_t topo, Node& node) {
           for (unsigned port = 1; port <= 16; ++port) {
             std::string state = info(c, fmt::format("Port{}State", port).c_str());
             if (state.empty()) continue;
-            n.ports.push_back({port, std::atoi(state.c_str())});
+            // A state that is not a number in the cache's range is unknown (-1), not port state 0.
+            n.ports.push_back({port, to_number<int>(state, 0, 1 << 16).value_or(-1)});
           }
         } else if (c->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK) {
           n.netdevs.emplace_back(c->name);
@@ -202,7 +204,7 @@ void refuse_redirecting_environment() {
     const char* v = std::getenv(var);
     if (v && *v)
       throw Error(fmt::format("{} is set, so hwloc would read it instead of this machine; unset it, or pass "
-                              "the file as a topology file (trainrt-topo --xml, plugstack topology_xml=)",
+                              "the file as a topology file (trainrt-topo show --xml, plugstack topology_xml=)",
                               var),
                   "live topology");
   }
@@ -216,19 +218,6 @@ std::size_t bitmap_word_cap(const char* name) {
   for (const char* b : {"nodeset", "complete_nodeset", "allowed_nodeset"})
     if (std::strcmp(name, b) == 0) return kMaxNumaNodes / 32;
   return 0;
-}
-
-// A decimal number no larger than `cap`, or -1 when the text is not one (leading '-' included:
-// hwloc's strtoul turns "-1" into the largest value).
-long long bounded_decimal(const char* text, unsigned long long cap) {
-  if (!*text) return -1;
-  unsigned long long v = 0;
-  for (const char* p = text; *p; ++p) {
-    if (*p < '0' || *p > '9') return -1;
-    v = v * 10 + static_cast<unsigned>(*p - '0');
-    if (v > cap) return -1;
-  }
-  return static_cast<long long>(v);
 }
 
 // Before hwloc sees the text: hwloc's import recurses per nesting level, allocates nbobjs^2
@@ -252,10 +241,11 @@ void check_hwloc_document(const pugi::xml_document& doc, const std::string& path
                                   cap * 32),
                       path);
       } else if (std::strcmp(a.name(), "nbobjs") == 0) {
-        if (bounded_decimal(a.value(), kMaxDistanceObjects) < 0)
+        // hwloc would read "-1" with strtoul, as the largest value: only plain digits pass.
+        if (!to_number<unsigned long long>(a.value(), 0, kMaxDistanceObjects))
           throw Error(fmt::format("<{}> nbobjs must be a number of at most {}", el.name(), kMaxDistanceObjects), path);
       } else if (index_cap && std::strcmp(a.name(), "os_index") == 0) {
-        if (bounded_decimal(a.value(), index_cap - 1) < 0)
+        if (!to_number<unsigned long long>(a.value(), 0, index_cap - 1))
           throw Error(fmt::format("{} os_index must be a number below {}", type, index_cap), path);
       }
     }

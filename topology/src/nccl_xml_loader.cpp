@@ -3,8 +3,6 @@
 // do not say stays empty in the Node rather than being guessed.
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstdlib>
 #include <pugixml.hpp>
 #include <utility>
 #include <vector>
@@ -12,19 +10,25 @@
 #include "file_checks.hpp"
 #include "node_builder.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/load.hpp"
 
 namespace trainrt::topo {
 namespace {
 
-std::uint32_t hex_attr(const pugi::xml_node& n, const char* name) {
-  const char* v = n.attribute(name).value();
-  return v && *v ? static_cast<std::uint32_t>(std::strtoul(v, nullptr, 16)) : 0;
+// "0x10de" as NCCL writes it; an absent or empty attribute is 0 (unknown), anything else that is not
+// one 32-bit hexadecimal number is an error naming it.
+std::uint32_t hex_attr(const pugi::xml_node& n, const char* name, const std::string& path) {
+  std::string_view v = n.attribute(name).value();
+  if (v.empty()) return 0;
+  if (v.starts_with("0x") || v.starts_with("0X")) v.remove_prefix(2);
+  return parse_number<std::uint32_t>(v, "a hexadecimal number", 0, ~std::uint32_t{0},
+                                     fmt::format("{}: <{}> attribute {}", path, n.name(), name), 16);
 }
 
 // NCCL writes the 24-bit class code (0x030200); the model keeps base class and subclass.
-std::uint16_t class_of(const pugi::xml_node& pci) {
-  std::uint32_t c = hex_attr(pci, "class");
+std::uint16_t class_of(const pugi::xml_node& pci, const std::string& path) {
+  std::uint32_t c = hex_attr(pci, "class", path);
   return static_cast<std::uint16_t>(c > 0xffff ? c >> 8 : c);
 }
 
@@ -56,9 +60,9 @@ struct Walker {
     if (p.busid.empty())
       throw Error(fmt::format("<pci> element with bad busid '{}'", std::string(el.attribute("busid").value()).substr(0, 40)),
                   path);
-    p.vendor = static_cast<std::uint16_t>(hex_attr(el, "vendor"));
-    p.device = static_cast<std::uint16_t>(hex_attr(el, "device"));
-    p.class_id = class_of(el);
+    p.vendor = static_cast<std::uint16_t>(hex_attr(el, "vendor", path));
+    p.device = static_cast<std::uint16_t>(hex_attr(el, "device", path));
+    p.class_id = class_of(el, path);
     bool has_pci_children = !el.child("pci").empty();
     p.kind = (has_pci_children || p.class_id == 0x0604) ? PciKind::Bridge : PciKind::Device;
     p.numa = {numa};
@@ -102,15 +106,9 @@ Node nccl_from_document(const pugi::xml_document& doc, const std::string& path) 
   node.source = "nccl-xml:" + path;
   node.cores_are_pus = true;
   for (auto cpu : system.children("cpu")) {
-    const char* numaid = cpu.attribute("numaid").value();
-    char* end = nullptr;
-    errno = 0;
-    long numa = std::strtol(numaid, &end, 10);
-    if (!*numaid || *end || numa < 0 || errno == ERANGE)
-      throw Error(fmt::format("<cpu> with bad numaid '{}'", std::string(numaid).substr(0, 40)), path);
-    if (numa >= static_cast<long>(kMaxNumaNodes))
-      throw Error(fmt::format("<cpu> numaid {} is not below {}", numa, kMaxNumaNodes), path);
-    if (node.numa_by_os(static_cast<unsigned>(numa)))
+    const unsigned numa = parse_number<unsigned>(cpu.attribute("numaid").value(), "a NUMA node number", 0,
+                                                 kMaxNumaNodes - 1, fmt::format("{}: <cpu> numaid", path));
+    if (node.numa_by_os(numa))
       throw Error(fmt::format("two <cpu> elements claim numaid {}", numa), path);
     CpuSet cpus;
     try {
@@ -126,7 +124,7 @@ Node nccl_from_document(const pugi::xml_document& doc, const std::string& path) 
                   path);
     node.all_cpus |= cpus;
     NumaNode n;
-    n.os_index = static_cast<unsigned>(numa);
+    n.os_index = numa;
     n.cpus = cpus;
     node.numa_nodes.push_back(n);
     for (unsigned pu : cpus.members()) {

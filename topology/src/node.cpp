@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
 
 #include "node_builder.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
+#include "trainrt/strings.hpp"
 #include "trainrt/topology/node.hpp"
 
 namespace trainrt::topo {
@@ -40,13 +41,19 @@ std::string format_busid(unsigned domain, unsigned bus, unsigned dev, unsigned f
 }
 
 std::string normalize_busid(const std::string& text) {
-  unsigned domain = 0, bus = 0, dev = 0, func = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &dev, &func, &tail) == 4)
-    return format_busid(domain, bus, dev, func);
-  if (std::sscanf(text.c_str(), "%x:%x.%x%c", &bus, &dev, &func, &tail) == 3)
-    return format_busid(0, bus, dev, func);
-  return {};
+  // [DOMAIN:]BUS:DEVICE.FUNCTION in hexadecimal, each within what PCI allows (Linux's domains are
+  // 32 bits: VMD's start at 10000). Anything else is no bus id.
+  const std::size_t dot = text.rfind('.');
+  if (dot == std::string::npos) return {};
+  const auto parts = split(std::string_view(text).substr(0, dot), ':');
+  if (parts.size() != 2 && parts.size() != 3) return {};
+  const bool has_domain = parts.size() == 3;
+  const auto domain = has_domain ? to_number<unsigned>(parts[0], 0, 0xffffffff, 16) : 0u;
+  const auto bus = to_number<unsigned>(parts[has_domain ? 1 : 0], 0, 0xff, 16);
+  const auto dev = to_number<unsigned>(parts[has_domain ? 2 : 1], 0, 0x1f, 16);
+  const auto func = to_number<unsigned>(std::string_view(text).substr(dot + 1), 0, 7, 16);
+  if (!domain || !bus || !dev || !func) return {};
+  return format_busid(*domain, *bus, *dev, *func);
 }
 
 bool is_gpu_pci(std::uint16_t vendor, std::uint16_t class_id) {
@@ -113,6 +120,7 @@ void finalize_node(Node& node) {
   }
   if (node.all_cpus.empty())
     for (const auto& core : node.cores) node.all_cpus |= core.pus;
+  check_node(node, node.source);
 }
 
 }  // namespace trainrt::topo

@@ -30,6 +30,9 @@ std::vector<CoreSlice> cores_within(const Node& node, const CpuSet& cpus) {
 // ranks, ranks share cores and are marked oversubscribed.
 void split_cores(const std::vector<CoreSlice>& cores, const std::vector<TaskPlacement*>& ranks) {
   const std::size_t n = cores.size(), k = ranks.size();
+  // Every CPU lies in a core (check_node), so callers pass allowed CPUs that hold at least one; a
+  // Node built some other way gets an error here, never a read past an empty list.
+  if (n == 0 && k > 0) throw Error("no core holds any of the CPUs to bind to", "placement");
   for (std::size_t j = 0; j < k; ++j) {
     TaskPlacement& t = *ranks[j];
     if (n >= k) {
@@ -52,13 +55,13 @@ CpuSet numa_cpus(const Node& node, const std::vector<unsigned>& numa) {
 std::string list_of(const std::vector<unsigned>& v) { return fmt::format("{}", fmt::join(v, ",")); }
 
 void check_request(const Node& node, const PlacementRequest& r, const CpuSet& allowed) {
-  if (r.tasks == 0) throw Error("the number of tasks must be at least 1", "tasks");
-  if (r.tasks_per_gpu == 0) throw Error("must be at least 1", "tasks-per-gpu");
-  if (r.gpus_per_task == 0) throw Error("must be at least 1", "gpus-per-task");
+  if (r.tasks == 0) throw UsageError("the number of tasks must be at least 1", "tasks");
+  if (r.tasks_per_gpu == 0) throw UsageError("must be at least 1", "tasks-per-gpu");
+  if (r.gpus_per_task == 0) throw UsageError("must be at least 1", "gpus-per-task");
   if (r.tasks_per_gpu > 1 && r.gpus_per_task > 1)
-    throw Error(fmt::format("tasks-per-gpu={} and gpus-per-task={} cannot both exceed 1", r.tasks_per_gpu,
-                            r.gpus_per_task),
-                "placement");
+    throw UsageError(fmt::format("tasks-per-gpu={} and gpus-per-task={} cannot both exceed 1", r.tasks_per_gpu,
+                                 r.gpus_per_task),
+                     "placement");
   if (!allowed.is_subset_of(node.all_cpus))
     throw Error(fmt::format("CPUs {} are not on this node (it has {})", (allowed - node.all_cpus).to_list(),
                             node.all_cpus.to_list()),
@@ -71,7 +74,7 @@ std::vector<std::vector<unsigned>> assign_gpus(const Node& node, const Placement
   std::vector<std::vector<unsigned>> out(r.tasks);
   if (!r.task_gpus.empty()) {
     if (r.task_gpus.size() != r.tasks)
-      throw Error(fmt::format("{} entries for {} tasks", r.task_gpus.size(), r.tasks), "task GPUs");
+      throw UsageError(fmt::format("{} entries for {} tasks", r.task_gpus.size(), r.tasks), "task GPUs");
     for (unsigned i = 0; i < r.tasks; ++i) {
       if (r.task_gpus[i].empty()) throw Error(fmt::format("rank {} has no GPU", i), "task GPUs");
       for (unsigned g : r.task_gpus[i])
@@ -83,7 +86,7 @@ std::vector<std::vector<unsigned>> assign_gpus(const Node& node, const Placement
   }
   if (!r.gpu_map.empty()) {
     if (r.gpu_map.size() != r.tasks)
-      throw Error(fmt::format("{} entries for {} tasks", r.gpu_map.size(), r.tasks), "gpu map");
+      throw UsageError(fmt::format("{} entries for {} tasks", r.gpu_map.size(), r.tasks), "gpu map");
     for (unsigned i = 0; i < r.tasks; ++i) {
       if (std::find(allowed.begin(), allowed.end(), r.gpu_map[i]) == allowed.end())
         throw Error(fmt::format("rank {} maps to GPU {}, which is not among the allowed GPUs ({})", i, r.gpu_map[i],

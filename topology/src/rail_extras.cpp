@@ -1,4 +1,4 @@
-// What the live system shows about each rail's network (issue 15, the cross-node rail check): an
+// What the live system shows about each rail's network (the cross-node rail check): an
 // InfiniBand/RoCE port's subnet prefix from its GID 0, an Ethernet netdev's IPv4/IPv6 networks.
 // Read from sysfs and procfs only: discovery talks to no other process (no netlink socket).
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 
 #include "file_checks.hpp"
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/rails.hpp"
 
 namespace trainrt::topo {
@@ -49,10 +50,11 @@ void ipv4_networks(const std::string& text, std::map<std::string, std::vector<st
     std::istringstream w(line);
     std::string ifname, dest, gw, flags, refcnt, use, metric, mask;
     if (!(w >> ifname >> dest >> gw >> flags >> refcnt >> use >> metric >> mask)) continue;
-    if (!is_hex(dest) || !is_hex(mask) || dest.size() != 8 || mask.size() != 8 || gw != "00000000") continue;
-    const auto d = static_cast<std::uint32_t>(std::stoul(dest, nullptr, 16));
-    const auto m = static_cast<std::uint32_t>(std::stoul(mask, nullptr, 16));
-    if (d == 0) continue;
+    if (dest.size() != 8 || mask.size() != 8 || gw != "00000000") continue;
+    const auto dest_bits = to_number<std::uint32_t>(dest, 0, 0xffffffff, 16);
+    const auto mask_bits = to_number<std::uint32_t>(mask, 0, 0xffffffff, 16);
+    if (!dest_bits || !mask_bits || *dest_bits == 0) continue;
+    const std::uint32_t d = *dest_bits, m = *mask_bits;
     // Host order of a little-endian machine: the first octet is the low byte.
     out[ifname].push_back(fmt::format("{}.{}.{}.{}/{}", d & 0xff, (d >> 8) & 0xff, (d >> 16) & 0xff, d >> 24,
                                       std::popcount(m)));
@@ -67,11 +69,12 @@ void ipv6_networks(const std::string& text, std::map<std::string, std::vector<st
     std::istringstream w(line);
     std::string addr, index, plen, scope, flags, ifname;
     if (!(w >> addr >> index >> plen >> scope >> flags >> ifname)) continue;
-    if (addr.size() != 32 || !is_hex(addr) || !is_hex(plen) || plen.size() > 2 || scope != "00") continue;
-    const unsigned bits = std::min(128u, static_cast<unsigned>(std::stoul(plen, nullptr, 16)));
+    const auto prefix = to_number<unsigned>(plen, 0, 0xff, 16);
+    if (addr.size() != 32 || !is_hex(addr) || !prefix || scope != "00") continue;
+    const unsigned bits = std::min(128u, *prefix);
     std::string masked;
     for (unsigned nibble = 0; nibble < 32; ++nibble) {
-      unsigned v = static_cast<unsigned>(std::stoul(addr.substr(nibble, 1), nullptr, 16));
+      unsigned v = to_number<unsigned>(std::string_view(addr).substr(nibble, 1), 0, 15, 16).value_or(0);
       const unsigned from = nibble * 4;
       if (from >= bits) v = 0;
       else if (from + 4 > bits) v &= 0xfu << (from + 4 - bits);

@@ -1,5 +1,5 @@
-// A compact, comparable text of a node's rail layout (issue 15, item 4): run on every node of a job
-// (`srun --ntasks-per-node=1 trainrt-topo --rail-signature | trainrt-topo --rail-check -`), a
+// A compact, comparable text of a node's rail layout: run on every node of a job
+// (`srun --ntasks-per-node=1 trainrt-topo rail-signature | trainrt-topo rail-check -`), a
 // renamed NIC, a port down or a different cabling shows up as a node whose layout differs.
 #include <fmt/format.h>
 
@@ -91,7 +91,7 @@ RailCheck check_rail_signatures(const std::string& text) {
     if (!host.empty() && host.back() == ':') words >> host;
     words >> sig;
     if (!sig.starts_with("rails/1:") || sig.size() != 24)
-      throw Error(fmt::format("line {} is not a trainrt-topo --rail-signature line", count), "rail check");
+      throw Error(fmt::format("line {} is not a trainrt-topo rail-signature line", count), "rail check");
     std::string layout;
     std::getline(words, layout);
     if (!layout.empty() && layout.front() == ' ') layout.erase(0, 1);

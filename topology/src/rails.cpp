@@ -3,38 +3,86 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bitset>
 #include <map>
-#include <set>
 
+#include "node_builder.hpp"
 #include "trainrt/error.hpp"
 
 namespace trainrt::topo {
 namespace {
 
-std::vector<int> ancestors(const Node& node, int v) {
-  std::vector<int> chain;
-  for (; v >= 0; v = node.pci[static_cast<std::size_t>(v)].parent) chain.push_back(v);
-  return chain;
-}
+// Path classes between PCI vertices, each vertex's chain to its root walked once and kept: the rail
+// pairing asks for every GPU and NIC pair, so a per-pair walk (and the old per-bridge climb to its
+// switch, quadratic in depth) would multiply by the chains' depth.
+class PathClassifier {
+ public:
+  explicit PathClassifier(const Node& node) : node_(node), memo_(node.pci.size()) {}
 
-// A PCIe switch shows up as an upstream bridge with downstream bridges of the same vendor:device
-// below it; collapsing such chains makes "one switch" mean one physical switch.
-int switch_of(const Node& node, int bridge) {
-  int top = bridge;
-  for (;;) {
-    const PciNode& b = node.pci[static_cast<std::size_t>(top)];
-    if (b.parent < 0) return top;
-    const PciNode& up = node.pci[static_cast<std::size_t>(b.parent)];
-    if (up.kind != PciKind::Bridge || b.vendor == 0 || up.vendor != b.vendor || up.device != b.device) return top;
-    top = b.parent;
+  PathClass classify(int a, int b) {
+    const Chain& ca = chain(a);
+    const Chain& cb = chain(b);
+    const std::vector<int>&up_a = ca.up, &up_b = cb.up;
+    // The lowest common ancestor: both chains end at their roots, so walk them together from there.
+    std::size_t ia = up_a.size(), ib = up_b.size();
+    while (ia > 0 && ib > 0 && up_a[ia - 1] == up_b[ib - 1]) --ia, --ib;
+    if (ia == up_a.size()) return (ca.root_numa & cb.root_numa).any() ? PathClass::NODE : PathClass::SYS;
+    const PciNode& top = node_.pci[static_cast<std::size_t>(up_a[ia])];
+    if (top.kind == PciKind::HostBridge) return PathClass::PHB;
+    if (top.kind == PciKind::Device) return PathClass::PIX;
+    // The switches crossed on the way up to the common ancestor (it included), each run once.
+    int first = -1;
+    for (const auto& [c, lca] : {std::pair(&ca, ia), std::pair(&cb, ib)}) {
+      for (std::size_t i = 1; i <= lca; ++i) {
+        if (node_.pci[static_cast<std::size_t>(c->up[i])].kind != PciKind::Bridge) continue;
+        if (first < 0) first = c->sw[i];
+        else if (c->sw[i] != first) return PathClass::PXB;
+      }
+    }
+    return PathClass::PIX;
   }
-}
 
-bool share_numa(const std::vector<unsigned>& a, const std::vector<unsigned>& b) {
-  for (unsigned x : a)
-    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
-  return false;
-}
+ private:
+  struct Chain {
+    bool done = false;
+    std::vector<int> up;  // the vertex, then its ancestors up to the root
+    std::vector<int> sw;  // per position: the switch (top bridge of its run) it belongs to
+    std::bitset<kMaxNumaNodes> root_numa;
+  };
+
+  const Chain& chain(int v) {
+    if (v < 0 || v >= static_cast<int>(node_.pci.size()))
+      throw Error(fmt::format("PCI vertex {} is outside the node's {} vertices", v, node_.pci.size()), node_.source);
+    Chain& c = memo_[static_cast<std::size_t>(v)];
+    if (c.done) return c;
+    // Parents come before children (check_node), so the walk ends; still, a chain longer than any
+    // loader makes is refused rather than walked.
+    for (int u = v; u >= 0; u = node_.pci[static_cast<std::size_t>(u)].parent) {
+      if (c.up.size() >= kMaxPciDepth || u >= static_cast<int>(node_.pci.size()))
+        throw Error(fmt::format("a PCI chain deeper than {} or broken", kMaxPciDepth), node_.source);
+      c.up.push_back(u);
+    }
+    // One PCIe switch shows up as an upstream bridge with downstream bridges of the same
+    // vendor:device below it: such a run is one switch, named by its top bridge. From the root
+    // down, so each position is decided once.
+    c.sw.assign(c.up.size(), -1);
+    for (std::size_t i = c.up.size(); i-- > 0;) {
+      const PciNode& b = node_.pci[static_cast<std::size_t>(c.up[i])];
+      const bool run = i + 1 < c.up.size() && b.vendor != 0 && [&] {
+        const PciNode& up = node_.pci[static_cast<std::size_t>(c.up[i + 1])];
+        return up.kind == PciKind::Bridge && up.vendor == b.vendor && up.device == b.device;
+      }();
+      c.sw[i] = run ? c.sw[i + 1] : c.up[i];
+    }
+    for (unsigned m : node_.pci[static_cast<std::size_t>(c.up.back())].numa)
+      if (m < kMaxNumaNodes) c.root_numa.set(m);
+    c.done = true;
+    return c;
+  }
+
+  const Node& node_;
+  std::vector<Chain> memo_;
+};
 
 // Smaller is nearer. Within SYS, a NIC in the GPU's package beats one across the socket link.
 int distance(const Node& node, const Gpu& gpu, const Nic& nic, PathClass cls) {
@@ -97,29 +145,7 @@ const char* to_string(PathClass path) {
   return "SYS";
 }
 
-PathClass path_class(const Node& node, int a, int b) {
-  std::vector<int> up_a = ancestors(node, a);
-  std::vector<int> up_b = ancestors(node, b);
-  auto common = std::find_first_of(up_a.begin(), up_a.end(), up_b.begin(), up_b.end());
-  if (common == up_a.end()) {
-    const PciNode& ra = node.pci[static_cast<std::size_t>(up_a.back())];
-    const PciNode& rb = node.pci[static_cast<std::size_t>(up_b.back())];
-    return share_numa(ra.numa, rb.numa) ? PathClass::NODE : PathClass::SYS;
-  }
-  const int lca = *common;
-  const PciNode& top = node.pci[static_cast<std::size_t>(lca)];
-  if (top.kind == PciKind::HostBridge) return PathClass::PHB;
-  if (top.kind == PciKind::Device) return PathClass::PIX;
-  std::set<int> switches;
-  for (const auto* chain : {&up_a, &up_b}) {
-    for (std::size_t i = 1; i < chain->size(); ++i) {
-      int v = (*chain)[i];
-      if (node.pci[static_cast<std::size_t>(v)].kind == PciKind::Bridge) switches.insert(switch_of(node, v));
-      if (v == lca) break;
-    }
-  }
-  return switches.size() <= 1 ? PathClass::PIX : PathClass::PXB;
-}
+PathClass path_class(const Node& node, int a, int b) { return PathClassifier(node).classify(a, b); }
 
 RailMap pair_rails(const Node& node, const RailOptions& options) {
   RailMap map;
@@ -130,13 +156,14 @@ RailMap pair_rails(const Node& node, const RailOptions& options) {
   // Candidates per GPU: every eligible NIC at the smallest distance.
   std::map<std::vector<unsigned>, std::vector<unsigned>> gpus_by_candidates;
   map.gpus.resize(node.gpus.size());
+  PathClassifier paths(node);
   for (const auto& gpu : node.gpus) {
     GpuRail& rail = map.gpus[gpu.index];
     rail.gpu = gpu.index;
     int best = -1;
     std::vector<unsigned> candidates;
     for (const auto& nic : node.nics) {
-      PathClass cls = path_class(node, gpu.pci, nic.pci);
+      PathClass cls = paths.classify(gpu.pci, nic.pci);
       map.matrix[gpu.index].push_back(cls);
       if (!ok[nic.index]) continue;
       int d = distance(node, gpu, nic, cls);

@@ -1,11 +1,27 @@
 // Uses the installed runtime: a one-process world (no PMIx server), a host allreduce and the
-// checkpoint manager's save and restore.
+// checkpoint manager's save and restore. It includes every header the install calls public, so
+// each one builds against the installed tree alone (consumer_test.sh checks nothing else is there).
 #include <cstdio>
 #include <filesystem>
+#include <type_traits>
 #include <vector>
 
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/checkpoint/inspect.hpp"
 #include "trainrt/checkpoint/manager.hpp"
+#include "trainrt/checkpoint/stop_signals.hpp"
+#include "trainrt/dtype.hpp"
+#include "trainrt/error.hpp"
+#include "trainrt/kernels/cpu.hpp"
+#include "trainrt/kernels/cuda.hpp"
+#include "trainrt/memory.hpp"
+#include "trainrt/runtime/bucketer.hpp"
+#include "trainrt/runtime/communicator.hpp"
 #include "trainrt/runtime/init.hpp"
+#include "trainrt/runtime/nccl_communicator.hpp"
+#include "trainrt/runtime/observability.hpp"
+
+static_assert(std::is_same_v<trainrt::checkpoint::Location, trainrt::Memory>, "one Host/Device enum");
 
 int main(int argc, char** argv) {
   if (argc != 2) return 2;

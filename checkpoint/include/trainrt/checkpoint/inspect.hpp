@@ -16,6 +16,7 @@ struct EntryReport {
   std::vector<std::int64_t> shape;
   std::uint64_t bytes = 0;
   bool replicated = false;
+  bool sharded = false;  // a chunk of a global tensor (format 2): restorable at any world size
   std::string problem;  // empty when its checksum matched (or data was not read)
 };
 

@@ -16,6 +16,7 @@
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/dtype.hpp"
+#include "trainrt/memory.hpp"
 
 namespace trainrt {
 class Communicator;
@@ -76,9 +77,10 @@ struct Shard {
   std::vector<std::int64_t> offsets;
 };
 
-// Where a registered buffer lives. Device buffers are staged through pinned host memory
-// (cudaMallocHost, allocated at registration): the save stall is their device-to-host copy.
-enum class Location { Host, Device };
+// Where a registered buffer lives (Location::Host is Memory::Host: the older spelling stays for
+// callers). Device buffers are staged through pinned host memory (cudaMallocHost, allocated at
+// registration): the save stall is their device-to-host copy.
+using Location = Memory;
 
 class Manager {
  public:

@@ -13,21 +13,27 @@
 #include <string>
 #include <vector>
 
+#include "trainrt/error.hpp"
 #include "trainrt/runtime/stragglers.hpp"
 
 namespace trainrt::doctor {
 
-// Bounds on what is read; the defaults suit runs of up to 64 Ki ranks and long metrics files.
+// Bounds on what is read, chosen so that reading a folder at every cap stays within a stated
+// memory and time (docs/doctor.md, "Damaged and hostile input", measured there). Every file counts
+// against one budget of bytes read, so the time is bounded by the folder, not by its file count.
 struct Limits {
-  std::uintmax_t max_flight_bytes = 64u << 20;    // a flight file larger than this is not read
-  std::uintmax_t max_metrics_bytes = 1ull << 30;  // metrics read up to this many bytes per rank
-  std::size_t max_line_bytes = 64 << 10;          // a longer metrics line is skipped with a note
-  std::size_t max_ops = 4096;                     // flight ops kept per rank (the newest)
-  std::size_t max_steps = 4096;                   // step times kept per rank (the newest)
-  unsigned max_rank = 1u << 16;                   // rank numbers at or above this are refused
-  std::size_t max_dir_entries = 1u << 20;         // directory entries looked at
-  std::size_t max_notes = 200;                    // notes kept (then one "and N more")
-  unsigned max_depth = 32;                        // JSON nesting accepted
+  std::uintmax_t max_flight_bytes = 16u << 20;     // a larger flight file is not read (a real one: ~30 KB)
+  std::uintmax_t max_metrics_bytes = 256u << 20;   // a larger metrics file is read from its end (the newest)
+  std::uintmax_t max_total_bytes = 2ull << 30;     // bytes read from all files together
+  std::size_t max_line_bytes = 64 << 10;           // a longer metrics line is skipped with a note
+  std::size_t max_ops = 4096;                      // flight ops kept per rank (the newest) ...
+  std::size_t max_total_ops = 1u << 20;            // ... and over all ranks (each keeps at least 16)
+  std::size_t max_steps = 4096;                    // step times kept per rank (the newest) ...
+  std::size_t max_total_steps = 1u << 22;          // ... and over all ranks (each keeps at least 16)
+  unsigned max_rank = 1u << 16;                    // rank numbers at or above this are refused
+  std::size_t max_dir_entries = 1u << 20;          // directory entries looked at
+  std::size_t max_notes = 200;                     // notes kept (then one "and N more")
+  unsigned max_depth = 32;                         // JSON nesting accepted
 };
 
 struct Options {
@@ -49,9 +55,9 @@ struct OpRecord {
 struct RankData {
   unsigned rank = 0;
   std::string node;  // empty when no file names it
-  // Its rank within its node (the start event's "local_rank"): the shared-memory backend names
-  // peers by it ("shm: rank 1: ... waiting for rank(s) 0"), so a world across nodes needs it to
-  // map those names to global ranks. Empty when not written (then: position among the node's ranks).
+  // Its rank within its node (the start event's "local_rank"): dumps older than the failure
+  // fields name the peers of a node's shared-memory group by it ("shm: rank 1: ... waiting for
+  // rank(s) 0"), so reading them across nodes needs it to map those names to global ranks.
   std::optional<unsigned> local_rank;
   // metrics (the last attempt only: everything after the last "start" event)
   bool have_metrics = false;
@@ -65,7 +71,11 @@ struct RankData {
   // flight recorder
   bool have_flight = false;
   bool flight_stale = false;  // older than this rank's last start: from an earlier attempt
-  std::string reason;
+  std::string reason;  // for people: shown, never parsed (but in dumps without `failure`)
+  // What ended its collective (the dump's "failure", "failure_ranks", "waited_s"; ranks are global
+  // ranks below max_rank). Empty when the dump names none. A dump written before these fields
+  // existed has them derived from `reason` once, when it is read (legacy_reason.cpp).
+  std::optional<CollectiveFailure> failure;
   std::uint64_t last_completed = 0;
   std::optional<std::uint64_t> in_flight;
   std::vector<OpRecord> ops;
@@ -74,14 +84,19 @@ struct RankData {
 
 struct RunData {
   std::vector<RankData> ranks;  // sorted by rank; only ranks with at least one file
+  // Files that exist but could not be read (a permission error, an I/O error, the read budget
+  // spent): the run cannot be judged, since a rank whose file was not read would look absent.
+  std::vector<std::string> errors;
   std::vector<std::string> notes;  // one line per thing that could not be read or does not agree
   std::vector<std::string> info;   // files set aside as expected (an earlier attempt's): no problem
   std::size_t notes_dropped = 0;
   std::optional<std::uint64_t> world;  // the world size most files agree on
 };
 
-// Reads OUTDIR. Throws trainrt::Error only when the folder itself cannot be listed; every problem
-// with a file is a note.
+// Reads OUTDIR: the folder opened once, each rank file opened relative to it without following a
+// link or blocking (a regular file checked on the descriptor read), JSON parsed as it streams in.
+// Throws trainrt::Error only when the folder itself cannot be opened or listed; a file that cannot
+// be read is an error in RunData::errors, a problem with what a file holds is a note.
 RunData read_run(const std::filesystem::path& out_dir, const Limits& limits = {});
 
 enum class Kind { Healthy, Hang, Mismatch, Failure, Stragglers, BadInput };
@@ -112,7 +127,7 @@ Verdict diagnose(const RunData& run, const Options& options = {});
 inline Verdict diagnose(const std::filesystem::path& out_dir, const Options& options = {}) {
   return diagnose(read_run(out_dir, options.limits), options);
 }
-int exit_code(const Verdict& v);  // 0 healthy, 1 a verdict, 2 bad input
+int exit_code(const Verdict& v);  // 0 healthy, 1 a verdict, 2 bad input (also: any file unreadable)
 
 // Output: text (control bytes escaped, one line per item) and JSON (valid UTF-8: invalid bytes
 // replaced).

@@ -12,11 +12,10 @@
 #include <vector>
 
 #include "trainrt/kernels/tensor_list.hpp"
+#include "trainrt/memory.hpp"
 #include "trainrt/runtime/communicator.hpp"
 
 namespace trainrt {
-
-enum class Memory { Host, Device };
 
 class GradientBucketer {
  public:

@@ -8,8 +8,11 @@
 #include <deque>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include "trainrt/error.hpp"
 
 namespace trainrt {
 
@@ -21,8 +24,12 @@ class FlightRecorder {
   std::uint64_t last_completed() const { return last_completed_.load(); }
   // The op in flight, if any: its sequence number and how long it has been running.
   bool in_flight(std::uint64_t& seq, std::chrono::duration<double>& age) const;
-  // JSON: {rank, reason, last_completed, in_flight, ops: [{seq, op, bytes, start_s, end_s}]}
-  void dump(const std::string& path, unsigned rank, const std::string& reason) const;
+  // JSON: {rank, host, pid, reason, failure, failure_ranks, waited_s, last_completed, in_flight,
+  // ops: [{seq, op, bytes, start_s, end_s}]}. `failure` is what ended the collective (an Error's
+  // failure(), the watchdog's timeout) as fields that trainrt-doctor decides on; `reason` is the
+  // message for people, never parsed. Without one, "failure" is null.
+  void dump(const std::string& path, unsigned rank, const std::string& reason,
+            const std::optional<CollectiveFailure>& failure = std::nullopt) const;
 
  private:
   struct Op {

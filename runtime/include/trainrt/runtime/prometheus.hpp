@@ -14,13 +14,14 @@ struct PromSample {
   std::string name;  // [a-zA-Z_:][a-zA-Z0-9_:]*, checked (UsageError otherwise)
   std::string help;
   std::string type = "gauge";  // gauge or counter
-  std::vector<std::pair<std::string, std::string>> labels;  // names checked, values escaped
+  std::vector<std::pair<std::string, std::string>> labels;  // names checked, values made UTF-8 and escaped
   double value = 0;
 };
 
 // The exposition text: one HELP and TYPE per metric name, in first-seen order.
 std::string prometheus_text(const std::vector<PromSample>& samples);
-// Writes prometheus_text() to `path` atomically. Throws trainrt::Error naming the path.
+// Writes prometheus_text() to `path` atomically, through a temporary created exclusively under an
+// unpredictable name in the same folder (trainrt/temp_file.hpp). Throws trainrt::Error naming the path.
 void write_prometheus_textfile(const std::string& path, const std::vector<PromSample>& samples);
 
 // What the trainer publishes; each optional one is left out when unset.

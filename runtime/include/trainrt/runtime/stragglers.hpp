@@ -34,7 +34,7 @@ double median_of(std::span<const double> values);  // of the finite, non-negativ
 // Throws what the communicator throws (PeerError, ...).
 std::vector<double> share_step_times(Communicator& comm, double my_seconds);
 // Every rank's node name (once, at start: one allgather of kNodeNameBytes per rank; longer names
-// are cut). Collective.
+// are cut to 63 bytes on a UTF-8 character boundary). Collective.
 constexpr std::size_t kNodeNameBytes = 64;
 std::vector<std::string> share_node_names(Communicator& comm, const std::string& my_node);
 // This host's node name: SLURMD_NODENAME if set, else gethostname().

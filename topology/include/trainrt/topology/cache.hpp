@@ -1,5 +1,5 @@
 #pragma once
-// A digested topology cache (issue 15): the Node a loader built, in a small versioned binary
+// A digested topology cache: the Node a loader built, in a small versioned binary
 // file, written once per boot by root and read by every step instead of parsing XML or walking
 // sysfs. The file carries what makes it stale; a cache that is stale, not root's (or the
 // reader's), writable by others, a link, truncated or corrupt is never used.

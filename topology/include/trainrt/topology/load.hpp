@@ -14,7 +14,7 @@ Node load_nccl_xml(const std::string& path);   // the NCCL_TOPO_FILE format (<sy
 Node load_file(const std::string& path);
 
 // The digested topology cache (trainrt/topology/cache.hpp, docs/topology.md): written once per
-// boot by root (`trainrt-topo --write-cache`), read by every step instead of discovering.
+// boot by root (`trainrt-topo write-cache`), read by every step instead of discovering.
 inline constexpr const char* kDefaultCachePath = "/run/train-runtime/topology.cache";
 // The cache at `cache_path` when it is trustworthy and fresh for this source (the live machine,
 // or the topology file `xml_path`), else load_live() / load_file(xml_path): the one place that

@@ -43,7 +43,7 @@ struct RailMap {
 
 RailMap pair_rails(const Node& node, const RailOptions& options = {});
 
-// What the live system shows about a rail's network beyond the Node (issue 15, the cross-node
+// What the live system shows about a rail's network beyond the Node (the cross-node
 // check): read from sysfs/procfs, never through a socket, and only for a node loaded live.
 struct RailExtras {
   // "mlx5_0/1" -> the subnet prefix of port 1: the first 64 bits of its GID 0
@@ -61,7 +61,7 @@ RailExtras read_rail_extras(const Node& node, const std::string& sysfs = "/sys",
 // id, link layer, port states, with `extras`: each port's @subnet prefix, an Ethernet NIC's ip=
 // networks) and path class. Host names and cores are not in it.
 std::string rail_layout(const Node& node, const RailOptions& options = {}, const RailExtras* extras = nullptr);
-// "HOST rails/1:<FNV-1a of the layout, 16 hex> LAYOUT": what `trainrt-topo --rail-signature` prints.
+// "HOST rails/1:<FNV-1a of the layout, 16 hex> LAYOUT": what `trainrt-topo rail-signature` prints.
 std::string rail_signature_line(const std::string& host, const Node& node, const RailOptions& options = {},
                                 const RailExtras* extras = nullptr);
 

@@ -34,7 +34,7 @@
 #ifdef TRAINRT_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
 
-#include "../common/gpu_presence.hpp"
+#include "common/gpu_presence.hpp"
 #endif
 
 using namespace trainrt;

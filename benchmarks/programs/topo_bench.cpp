@@ -1,6 +1,6 @@
 // trainrt-topo-bench: time load + place of a topology file against `lstopo-no-graphics --of xml -i`
 // on the same file, in the same run, alternating A B A B so machine noise hits both alike.
-// `trainrt-topo-bench cache [DIR|FILE] [ROUNDS]`: what a step pays per source (issue 15): the
+// `trainrt-topo-bench cache [DIR|FILE] [ROUNDS]`: what a step pays per source: the
 // digested cache (file checks, decode, staleness stamp) against parsing the XML, and the live
 // machine's cache against live discovery, alternating in the same run.
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainrt/error.hpp"
+#include "trainrt/number.hpp"
 #include "trainrt/topology/cache.hpp"
 #include "trainrt/topology/load.hpp"
 #include "trainrt/topology/placement.hpp"
@@ -93,11 +94,11 @@ int main(int argc, char** argv) {
   try {
     if (argc > 1 && std::string(argv[1]) == "cache") {
       std::string arg = argc > 2 ? argv[2] : "../shared/topologies";
-      return bench_cache(std::filesystem::is_directory(arg) ? largest_xml(arg) : arg, argc > 3 ? std::atoi(argv[3]) : 50);
+      return bench_cache(std::filesystem::is_directory(arg) ? largest_xml(arg) : arg, argc > 3 ? trainrt::parse_number(argv[3], "a number of rounds", 1, 1000000, "ROUNDS") : 50);
     }
     std::string arg = argc > 1 ? argv[1] : "../shared/topologies";
     std::string file = std::filesystem::is_directory(arg) ? largest_xml(arg) : arg;
-    const int rounds = argc > 2 ? std::atoi(argv[2]) : 20;
+    const int rounds = argc > 2 ? trainrt::parse_number(argv[2], "a number of rounds", 1, 1000000, "ROUNDS") : 20;
     std::string lstopo = fmt::format("lstopo-no-graphics --of xml -i '{}' - > /dev/null", file);
 
     std::vector<double> load_ms, place_ms, total_ms, lstopo_ms;

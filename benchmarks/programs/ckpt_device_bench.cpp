@@ -40,7 +40,7 @@
 #include <thread>
 #include <vector>
 
-#include "../common/gpu_presence.hpp"
+#include "common/gpu_presence.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"

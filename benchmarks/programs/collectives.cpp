@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "trainrt/kernels/half.hpp"
-#include "../common/typed_buffer.hpp"
+#include "common/typed_buffer.hpp"
 
 namespace trainrt::perf {
 namespace {
@@ -18,8 +18,8 @@ namespace k = trainrt::kernels;
 // stay exact in bf16 (8 significant bits), 512 in f16.
 double value(unsigned r, std::size_t i) { return static_cast<double>((i * 7 + r * 3) % 9) - 4.0; }
 
-using trainrt::test::load;
-using trainrt::test::store;
+using trainrt::testing::load;
+using trainrt::testing::store;
 
 // The reduction of every rank's element i, as the dtype holds it.
 double reduced(const Case& c, std::size_t i) {

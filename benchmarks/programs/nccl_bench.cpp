@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "../common/gpu_presence.hpp"
+#include "common/gpu_presence.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
@@ -117,7 +117,7 @@ Args parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--init-only") { a.init_only = true; continue; }
     if (k == "--corrupt") { a.corrupt = true; continue; }  // flips one element read back: must exit 1
-    if (k == "-h" || k == "--help") throw BadArgs("usage: see the comment at the top of tests/perf/nccl_bench.cpp");
+    if (k == "-h" || k == "--help") throw BadArgs("usage: see the comment at the top of benchmarks/programs/nccl_bench.cpp");
     if (i + 1 >= argc) throw BadArgs(fmt::format("option {} needs a value", k));
     const std::string v = argv[++i];
     if (k == "-b") a.begin = parse_size(v);
