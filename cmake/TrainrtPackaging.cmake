@@ -1,7 +1,9 @@
 # Debian packages: `cmake --build build --target package` writes one .deb per component:
 #   train-runtime-slurm   the SPANK plugin + its plugstack.conf.d line; pinned to the Slurm major
 #                         release it was built against (Slurm requires SPANK plugins to be rebuilt
-#                         for every major release)
+#                         for every major release); the systemd oneshot that writes the topology
+#                         cache at boot, before slurmd (enabled, and run once, on install; the cache
+#                         goes on removal). Depends on train-runtime-tools for trainrt-topo.
 #   train-runtime-tools   trainrt-topo, trainrt-ckpt, the example trainer
 #   libtrainrt0           libtrainrt.so.0
 #   libtrainrt-dev        headers, the CMake package, trainrt.pc
@@ -47,6 +49,8 @@ if(TRAINRT_HAVE_SLURM)
       "slurm-wlm-basic-plugins (>= ${Slurm_VERSION_MAJOR}~), slurm-wlm-basic-plugins (<< ${_slurm_year}.${_slurm_next}~)")
   # The plugstack line is the admin's to edit: a conffile, kept across upgrades.
   file(WRITE ${PROJECT_BINARY_DIR}/debian-plugin/conffiles "${SLURM_PLUGSTACK_D}/train-runtime.conf\n")
-  set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian-plugin/conffiles)
+  set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian-plugin/conffiles ${TRAINRT_PLUGIN_MAINTAINER_SCRIPTS})
+  set(CPACK_DEBIAN_PLUGIN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+  set(CPACK_COMPONENT_PLUGIN_DEPENDS tools)  # the boot unit runs trainrt-topo
 endif()
 include(CPack)

@@ -210,19 +210,32 @@ void retire_older_than(const Dir& root, std::uint64_t step, unsigned keep_last, 
 void Manager::Impl::retire_older_than(std::uint64_t step) { checkpoint::retire_older_than(root, step, opts.keep_last, opts.log); }
 
 bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step, bool to_disk) {
-  // One exchange in the common case: rank 0's view of the step and whether anyone registered
-  // something since the layout was last agreed. Every rank reads the same answers.
-  // Whether every rank has the memory tier enabled rides along: a save goes to the tier only then.
-  json mine = {{"rank", session.rank()}, {"changed", layout_checked_at != registrations}, {"tier", opts.memory_tier.enabled}};
-  if (session.rank() == 0) mine["committed"] = has_manifest(step);
-  bool committed = false, changed = false;
-  tier_everywhere = true;
-  for (const auto& b : session.allgather(to_blob(mine))) {
-    json r = from_blob(b);
-    if (r.at("rank").get<unsigned>() == 0) committed = r.at("committed").get<bool>();
-    changed = changed || r.at("changed").get<bool>();
-    tier_everywhere = tier_everywhere && r.at("tier").get<bool>();
+  // Rank 0 learns whether anyone registered something since the layout was last agreed, and
+  // whether every rank has the memory tier enabled (a save goes to the tier only then), and tells
+  // everyone that and whether the step is committed: a gather and a broadcast, so no rank reads
+  // every rank's answer (an allgather costs each rank one read per rank).
+  const json mine = {{"changed", layout_checked_at != registrations}, {"tier", opts.memory_tier.enabled}};
+  const auto answers = session.gather(to_blob(mine), 0);
+  json verdict;
+  if (session.rank() == 0) {
+    try {
+      bool changed = false, tier = true;
+      for (const auto& b : answers) {
+        const json r = from_blob(b);
+        changed = changed || r.at("changed").get<bool>();
+        tier = tier && r.at("tier").get<bool>();
+      }
+      verdict = {{"committed", has_manifest(step)}, {"changed", changed}, {"tier", tier}};
+    } catch (const std::exception& e) {
+      verdict = {{"error", e.what()}};  // every rank fails alike, none waits for a verdict
+    }
   }
+  verdict = from_blob(session.broadcast(to_blob(verdict), 0));
+  if (verdict.contains("error"))
+    throw Error(fmt::format("rank 0 could not tell whether step {} is committed: {}", step, verdict.at("error").get<std::string>()),
+                "checkpoint");
+  const bool committed = verdict.at("committed").get<bool>(), changed = verdict.at("changed").get<bool>();
+  tier_everywhere = verdict.at("tier").get<bool>();
   if (opts.memory_tier.enabled && !tier_everywhere && tier.dir)
     tier_off_requested = "the memory tier is not enabled on every rank";
   if ((committed && to_disk) || !changed) return committed;  // nothing is written, or nothing changed
@@ -305,25 +318,28 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   }
   try {
     // Every rank reaches this agreement, failed or not, so nobody waits for a rank that gave up.
-    std::vector<format::ShardRecord> shards;
-    std::string failures;
-    std::map<std::string, std::uint64_t> fingerprint_sums;  // per tensor, over every rank's share
-    for (const auto& b : session.allgather(to_blob(status))) {
-      json s = from_blob(b);
-      const unsigned r = s.at("rank").get<unsigned>();
-      if (s.at("ok").get<bool>()) {
-        shards.push_back({r, shard_name(r), s.at("bytes").get<std::uint64_t>(), s.at("header_xxh3").get<std::string>()});
-        for (const auto& [name, part] : s.at("fingerprints").items())
-          fingerprint_sums[name] = fingerprint::add(fingerprint_sums[name], layout::parse_hex(part.get<std::string>()));
-      } else
-        failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, s.at("error").get<std::string>());
-    }
-    std::sort(shards.begin(), shards.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-    for (auto& t : layout) t.fingerprint = layout::hex(fingerprint_sums[t.name]);
-    json commit_status = {{"ok", failures.empty()}, {"error", failures}};
-    if (rank == 0 && failures.empty()) {
+    // Only rank 0 reads the statuses (it writes the manifest); the others learn its decision.
+    const auto statuses = session.gather(to_blob(status), 0);
+    json commit_status = {{"ok", true}, {"error", ""}};
+    if (rank == 0) {
       try {
-        commit(step, *dir, shards, metadata);
+        std::vector<format::ShardRecord> shards;
+        std::string failures;
+        std::map<std::string, std::uint64_t> fingerprint_sums;  // per tensor, over every rank's share
+        for (const auto& b : statuses) {
+          json s = from_blob(b);
+          const unsigned r = s.at("rank").get<unsigned>();
+          if (s.at("ok").get<bool>()) {
+            shards.push_back({r, shard_name(r), s.at("bytes").get<std::uint64_t>(), s.at("header_xxh3").get<std::string>()});
+            for (const auto& [name, part] : s.at("fingerprints").items())
+              fingerprint_sums[name] = fingerprint::add(fingerprint_sums[name], layout::parse_hex(part.get<std::string>()));
+          } else
+            failures += fmt::format("{}rank {}: {}", failures.empty() ? "" : "; ", r, s.at("error").get<std::string>());
+        }
+        std::sort(shards.begin(), shards.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+        for (auto& t : layout) t.fingerprint = layout::hex(fingerprint_sums[t.name]);
+        if (!failures.empty()) commit_status = {{"ok", false}, {"error", failures}};
+        else commit(step, *dir, shards, metadata);
       } catch (const std::exception& e) {
         commit_status = {{"ok", false}, {"error", fmt::format("rank 0 could not commit: {}", e.what())}};
       }

@@ -2,6 +2,8 @@
 // never read a previous call's value.
 #include <pmix.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -59,6 +61,7 @@ class PmixSession final : public Session {
       if (parts.back().empty()) parts.pop_back();  // "" and a trailing comma name no rank
       for (auto part : parts) local_peers_.push_back(parse_number<unsigned>(part, "a rank", 0, ~0u, "PMIX_LOCAL_PEERS"));
     }
+    peers_known_ = !local_peers_.empty();
     if (local_peers_.empty()) local_peers_ = {me_.rank};
   }
 
@@ -72,6 +75,46 @@ class PmixSession final : public Session {
   unsigned local_size() const override { return local_size_; }
   unsigned node_id() const override { return node_id_; }
   std::vector<unsigned> local_peers() const override { return local_peers_; }
+
+  std::vector<std::vector<unsigned>> ranks_by_node() override {
+    std::lock_guard lock(mutex_);
+    char* list = nullptr;
+    pmix_status_t rc = PMIx_Resolve_nodes(me_.nspace, &list);
+    if (rc != PMIX_SUCCESS || !list)
+      throw Error(fmt::format("PMIx_Resolve_nodes({}) failed: {}", me_.nspace, status(rc)), "bootstrap");
+    const std::string names = list;
+    std::free(list);
+    std::vector<std::vector<unsigned>> out;
+    std::vector<int> seen(size_, 0);
+    for (auto name : split(names, ',')) {
+      if (name.empty()) continue;
+      const std::string node(name);
+      pmix_proc_t* procs = nullptr;
+      std::size_t n = 0;
+      rc = PMIx_Resolve_peers(node.c_str(), me_.nspace, &procs, &n);
+      if (rc != PMIX_SUCCESS)
+        throw Error(fmt::format("PMIx_Resolve_peers({}) failed: {}", node, status(rc)), "bootstrap");
+      std::vector<unsigned> ranks;
+      for (std::size_t i = 0; i < n; ++i) ranks.push_back(procs[i].rank);
+      if (procs) PMIX_PROC_FREE(procs, n);
+      std::sort(ranks.begin(), ranks.end());
+      for (unsigned r : ranks) {
+        if (r >= size_ || seen[r]++)
+          throw Error(fmt::format("PMIx places rank {} on node {} {}", r, node,
+                                  r >= size_ ? fmt::format("in a world of {}", size_) : "a second time"),
+                      "bootstrap");
+      }
+      if (!ranks.empty()) out.push_back(std::move(ranks));
+    }
+    for (unsigned r = 0; r < size_; ++r)
+      if (!seen[r]) throw Error(fmt::format("PMIx's node list ({}) places no node for rank {}", names, r), "bootstrap");
+    for (const auto& ranks : out)
+      if (peers_known_ && std::find(ranks.begin(), ranks.end(), me_.rank) != ranks.end() && ranks != local_peers_)
+        throw Error(fmt::format("PMIx places rank {} with {} other ranks, but its local peers are {}", me_.rank,
+                                ranks.size() - 1, local_peers_.size() - 1),
+                    "bootstrap");
+    return out;
+  }
   std::string job_id() const override { return me_.nspace; }
   bool is_single_process() const override { return false; }
 
@@ -94,6 +137,30 @@ class PmixSession final : public Session {
     return me_.rank == root ? Blob(data.begin(), data.end()) : get_blob(root, key);
   }
 
+  std::vector<Blob> gather(std::span<const std::uint8_t> mine, unsigned root) override {
+    if (root >= size_) throw Error(fmt::format("gather root {} outside a world of {}", root, size_), "bootstrap");
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    put(key, mine);
+    fence(true, key);
+    std::vector<Blob> out;
+    if (me_.rank != root) return out;
+    out.resize(size_);
+    for (unsigned r = 0; r < size_; ++r) out[r] = get_blob(r, key);
+    return out;
+  }
+
+  std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources) override {
+    check_sources(sources, size_);
+    std::lock_guard lock(mutex_);
+    const std::string key = next_key();
+    if (std::binary_search(sources.begin(), sources.end(), me_.rank)) put(key, mine);
+    fence(true, key);
+    std::vector<Blob> out;
+    for (unsigned r : sources) out.push_back(get_blob(r, key));
+    return out;
+  }
+
   void barrier() override {
     std::lock_guard lock(mutex_);
     fence(false, "barrier");
@@ -105,9 +172,11 @@ class PmixSession final : public Session {
   }
 
   Blob lookup(unsigned owner, const std::string& key) override {
-    std::lock_guard lock(mutex_);
     // Slurm's direct modex answers NOT-FOUND at once for a key the owner has not committed yet
-    // (mpirun's waits): poll, refreshing the cache, until it appears or the timeout passes.
+    // (mpirun's waits): poll, refreshing the cache, until it appears or the timeout passes. The
+    // lock is held for one Get at a time, never across a pause: another thread of this process
+    // (a communicator built at its first use, a checkpoint's agreement) may need the session to
+    // publish what the owner is waiting for, or to join a fence the owner is in.
     const std::string full = "trainrt.kv." + key;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
     auto pause = std::chrono::milliseconds(1);
@@ -119,7 +188,11 @@ class PmixSession final : public Session {
       PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
       PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
       ValuePtr v;
-      pmix_status_t rc = PMIx_Get(&peer, full.c_str(), info.get(), info.size(), &v.v);
+      pmix_status_t rc;
+      {
+        std::lock_guard lock(mutex_);
+        rc = PMIx_Get(&peer, full.c_str(), info.get(), info.size(), &v.v);
+      }
       if (rc == PMIX_SUCCESS && v.v->type == PMIX_BYTE_OBJECT) {
         const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
         return Blob(bytes, bytes + v.v->data.bo.size);
@@ -199,6 +272,7 @@ class PmixSession final : public Session {
   int timeout_;
   unsigned size_ = 1, local_size_ = 1, local_rank_ = 0, node_id_ = 0;
   std::vector<unsigned> local_peers_;
+  bool peers_known_ = false;  // PMIx named the local peers (else local_peers_ is this rank alone)
   std::uint64_t counter_ = 0;
   std::mutex mutex_;
 };

@@ -7,5 +7,7 @@
 namespace trainrt::bootstrap {
 
 std::unique_ptr<Session> open_pmix_session(const SessionOptions& options);
+// gather_from's sources must be ascending ranks of the world: an Error naming the first that is not.
+void check_sources(const std::vector<unsigned>& sources, unsigned size);
 
 }  // namespace trainrt::bootstrap

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "session_impl.hpp"
@@ -13,6 +14,7 @@ class SingleSession final : public Session {
   unsigned local_size() const override { return 1; }
   unsigned node_id() const override { return 0; }
   std::vector<unsigned> local_peers() const override { return {0}; }
+  std::vector<std::vector<unsigned>> ranks_by_node() override { return {{0}}; }
   std::string job_id() const override { return "single"; }
   bool is_single_process() const override { return true; }
   std::vector<Blob> allgather(std::span<const std::uint8_t> mine) override { return {Blob(mine.begin(), mine.end())}; }
@@ -38,6 +40,30 @@ class SingleSession final : public Session {
 }  // namespace
 
 std::unique_ptr<Session> Session::single_process() { return std::make_unique<SingleSession>(); }
+
+// The generic forms, over allgather; PmixSession reads only what the caller needs.
+std::vector<Blob> Session::gather(std::span<const std::uint8_t> mine, unsigned root) {
+  if (root >= size()) throw Error(fmt::format("gather root {} outside a world of {}", root, size()), "bootstrap");
+  auto all = allgather(mine);
+  return rank() == root ? all : std::vector<Blob>{};
+}
+
+std::vector<Blob> Session::gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources) {
+  check_sources(sources, size());
+  const bool source = std::binary_search(sources.begin(), sources.end(), rank());
+  auto all = allgather(source ? mine : std::span<const std::uint8_t>{});
+  std::vector<Blob> out;
+  for (unsigned r : sources) out.push_back(std::move(all[r]));
+  return out;
+}
+
+void check_sources(const std::vector<unsigned>& sources, unsigned size) {
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (sources[i] >= size || (i > 0 && sources[i] <= sources[i - 1]))
+      throw Error(fmt::format("gather_from: source {} (position {}) is not an ascending rank of a world of {}",
+                              sources[i], i, size),
+                  "bootstrap");
+}
 
 Blob exchange_unique_id(Session& session, const Blob& id_on_root, unsigned root) {
   Blob id = session.broadcast(id_on_root, root);

@@ -2,8 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
-#include <map>
+#include <atomic>
 #include <vector>
 
 #include "host_communicator.hpp"
@@ -35,41 +34,38 @@ void in_group(const std::vector<unsigned>& members, F&& stage) {
 class HierarchicalCommunicator final : public HostCommunicator {
  public:
   HierarchicalCommunicator(bootstrap::Session& session, const CommOptions& options)
-      : HostCommunicator("shm+gloo"), rank_(session.rank()), size_(session.size()) {
-    // Group ranks by node id, learnt from everyone.
-    std::uint32_t mine = session.node_id();
-    std::map<std::uint32_t, std::vector<unsigned>> by_node;
-    auto all = session.allgather({reinterpret_cast<const std::uint8_t*>(&mine), sizeof mine});
-    for (unsigned r = 0; r < all.size(); ++r) {
-      std::uint32_t node = 0;
-      std::memcpy(&node, all[r].data(), sizeof node);
-      by_node[node].push_back(r);
-    }
+      : HostCommunicator("shm+gloo"), rank_(session.rank()), size_(session.size()), session_(session), options_(options) {
+    // Ranks grouped by node from the launcher's job data: no exchange.
+    const auto by_node = session.ranks_by_node();
     std::vector<unsigned> leaders;
     where_.resize(size_);
     // allgather can go node by node when every node holds the same number of consecutive ranks
     // (Slurm's default block distribution); otherwise it goes to Gloo across all ranks.
     node_blocks_ = true;
     unsigned next = 0;
-    for (const auto& [node, ranks] : by_node) {
-      node_blocks_ = node_blocks_ && ranks.size() == by_node.begin()->second.size();
+    const std::vector<unsigned>* mine = nullptr;
+    for (const auto& ranks : by_node) {
+      node_blocks_ = node_blocks_ && ranks.size() == by_node.front().size();
       for (unsigned r : ranks) node_blocks_ = node_blocks_ && r == next++;
     }
-    for (const auto& [node, ranks] : by_node) {
-      for (unsigned i = 0; i < ranks.size(); ++i) where_[ranks[i]] = {static_cast<unsigned>(leaders.size()), i};
+    for (const auto& ranks : by_node) {
+      for (unsigned i = 0; i < ranks.size(); ++i) {
+        where_[ranks[i]] = {static_cast<unsigned>(leaders.size()), i};
+        if (ranks[i] == rank_) mine = &ranks;
+      }
       leaders.push_back(ranks.front());
     }
-    node_ranks_ = by_node.at(mine);
+    if (!mine) throw Error(fmt::format("rank {} is on none of the job's {} nodes", rank_, by_node.size()), "hierarchical");
+    node_ranks_ = *mine;
     leader_ranks_ = leaders;
     local_session_ = std::make_unique<SubSession>(session, node_ranks_);
     leader_session_ = std::make_unique<SubSession>(session, leaders);
-    // Every rank takes part in building every node's shared-memory group (parent allgathers).
+    // Every rank takes part in building every node's shared-memory group (one world barrier).
     local_ = make_shm_communicator(*local_session_, options);
     static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
-    const unsigned id = instances++;
+    id_ = instances++;
     if (leader_session_->is_member())
-      leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id));
-    all_ = make_gloo_communicator(session, options, {}, fmt::format("hier{}-all", id));
+      leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id_));
   }
   ~HierarchicalCommunicator() override { stop_progress(); }
 
@@ -87,10 +83,10 @@ class HierarchicalCommunicator final : public HostCommunicator {
     });
   }
   Work start_reduce_scatter(const void* in, void* out, std::size_t count, DType t, ReduceOp op, Mode mode) override {
-    return submit(mode, [=, this] { all_->reduce_scatter(in, out, count, t, op); });
+    return submit(mode, [=, this] { all().reduce_scatter(in, out, count, t, op); });
   }
   Work start_allgather(const void* in, void* out, std::size_t count, DType t, Mode mode) override {
-    if (!node_blocks_) return submit(mode, [=, this] { all_->allgather(in, out, count, t); });
+    if (!node_blocks_) return submit(mode, [=, this] { all().allgather(in, out, count, t); });
     return submit(mode, [=, this] {
       // This node's ranks fill its block in place, the leaders exchange whole node blocks, and
       // every node receives the result from its leader.
@@ -119,7 +115,7 @@ class HierarchicalCommunicator final : public HostCommunicator {
   // Pieces go straight between the ranks that hold them: Gloo across all ranks, as reduce_scatter.
   Work start_alltoallv(const void* send, std::vector<std::size_t> send_bytes, void* recv,
                        std::vector<std::size_t> recv_bytes, Mode mode) override {
-    return submit(mode, [=, this] { all_->alltoallv(send, send_bytes, recv, recv_bytes); });
+    return submit(mode, [=, this] { all().alltoallv(send, send_bytes, recv, recv_bytes); });
   }
 
   Work start_barrier(Mode mode) override {
@@ -133,11 +129,23 @@ class HierarchicalCommunicator final : public HostCommunicator {
   // A failure in one stage must reach the ranks waiting in another: a leader whose Gloo exchange
   // failed aborts its node's shared-memory group, which its local ranks are waiting in.
   void on_failure() noexcept override {
-    for (auto* c : {local_.get(), leaders_.get(), all_.get()})
+    for (auto* c : {local_.get(), leaders_.get(), all_.load()})
       if (c) c->abort(abort_reason_);
   }
 
  private:
+  // The all-rank Gloo group: a full mesh, every rank connected to every other, so it is built at
+  // the first collective that needs it, not at start-up. That collective runs in issue order
+  // (progress thread or caller), every rank reaches it, and building it only publishes and looks
+  // up keys: no fence that other threads' collectives could interleave with.
+  Communicator& all() {
+    if (!all_) {
+      all_owner_ = make_gloo_communicator(session_, options_, {}, fmt::format("hier{}-all", id_));
+      all_ = all_owner_.get();  // on_failure() may read it from another thread
+    }
+    return *all_;
+  }
+
   struct Place {
     unsigned node = 0;   // index among the node leaders
     unsigned local = 0;  // index inside its node
@@ -152,11 +160,15 @@ class HierarchicalCommunicator final : public HostCommunicator {
   }
 
   unsigned rank_, size_;
+  bootstrap::Session& session_;  // outlives this communicator (Runtime owns both)
+  CommOptions options_;
+  unsigned id_ = 0;
   std::vector<Place> where_;  // of every rank
   std::vector<unsigned> node_ranks_, leader_ranks_;  // the world's ranks of this node's group and the leaders
   bool node_blocks_ = false;
   std::unique_ptr<SubSession> local_session_, leader_session_;
-  std::unique_ptr<Communicator> local_, leaders_, all_;
+  std::unique_ptr<Communicator> local_, leaders_, all_owner_;
+  std::atomic<Communicator*> all_{nullptr};
   std::string abort_reason_ = "the hierarchical communicator failed on rank " + std::to_string(rank_);
 };
 

@@ -411,18 +411,42 @@ std::string gpu_bus_id(int device) {
 void set_nccl_stream(Communicator& comm, void* stream) { as_nccl(comm).set_caller_stream(stream); }
 void* nccl_stream(Communicator& comm) { return as_nccl(comm).caller_stream(); }
 
+namespace {
+
+bootstrap::Blob new_unique_id() {
+  ncclUniqueId uid;
+  check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+  return {reinterpret_cast<const std::uint8_t*>(uid.internal),
+          reinterpret_cast<const std::uint8_t*>(uid.internal) + sizeof uid.internal};
+}
+
+ncclUniqueId to_unique_id(const bootstrap::Blob& blob) {
+  if (blob.size() != sizeof(ncclUniqueId))
+    throw Error(fmt::format("received a {}-byte unique id, NCCL's is {}", blob.size(), sizeof(ncclUniqueId)), "nccl");
+  ncclUniqueId uid;
+  std::memcpy(uid.internal, blob.data(), sizeof uid.internal);
+  return uid;
+}
+
+}  // namespace
+
 bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session& session) {
-  bootstrap::Blob id;
-  if (session.rank() == 0) {
-    ncclUniqueId uid;
-    check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
-    id.assign(reinterpret_cast<const std::uint8_t*>(uid.internal),
-              reinterpret_cast<const std::uint8_t*>(uid.internal) + sizeof uid.internal);
-  }
-  id = bootstrap::exchange_unique_id(session, id, 0);
-  if (id.size() != sizeof(ncclUniqueId))
-    throw Error(fmt::format("received a {}-byte unique id, NCCL's is {}", id.size(), sizeof(ncclUniqueId)), "nccl");
+  bootstrap::Blob id = bootstrap::exchange_unique_id(session, session.rank() == 0 ? new_unique_id() : bootstrap::Blob{}, 0);
+  to_unique_id(id);  // checks the size
   return id;
+}
+
+std::vector<bootstrap::Blob> exchange_nccl_unique_ids(bootstrap::Session& session, unsigned ranks_per_root) {
+  const unsigned n = session.size();
+  if (ranks_per_root == 0 || ranks_per_root >= n) return {exchange_nccl_unique_id(session)};
+  // One root per `ranks_per_root` ranks creates an id; everyone reads the roots' ids only.
+  std::vector<unsigned> roots;
+  for (unsigned r = 0; r < n; r += ranks_per_root) roots.push_back(r);
+  bootstrap::Blob mine;
+  if (session.rank() % ranks_per_root == 0) mine = new_unique_id();
+  auto ids = session.gather_from(mine, roots);
+  for (const auto& blob : ids) to_unique_id(blob);  // checks every size
+  return ids;
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(bootstrap::Session& session, const NcclOptions& options) {
@@ -432,31 +456,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(bootstrap::Session& session
   ncclConfig_t config = nonblocking_config();
   PendingComm pending;
   const unsigned n = session.size(), me = session.rank();
-  if (options.ranks_per_root > 0 && options.ranks_per_root < n) {
-    // One root per `ranks_per_root` ranks creates an id; everyone gets all of them.
-    bootstrap::Blob mine;
-    if (me % options.ranks_per_root == 0) {
-      ncclUniqueId uid;
-      check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
-      mine.assign(reinterpret_cast<const std::uint8_t*>(uid.internal),
-                  reinterpret_cast<const std::uint8_t*>(uid.internal) + sizeof uid.internal);
-    }
-    std::vector<ncclUniqueId> ids;
-    for (const auto& blob : session.allgather(mine)) {
-      if (blob.empty()) continue;
-      if (blob.size() != sizeof(ncclUniqueId)) throw Error(fmt::format("a {}-byte unique id", blob.size()), "nccl");
-      ncclUniqueId uid;
-      std::memcpy(uid.internal, blob.data(), sizeof uid.internal);
-      ids.push_back(uid);
-    }
+  std::vector<ncclUniqueId> ids;
+  for (const auto& blob : exchange_nccl_unique_ids(session, options.ranks_per_root)) ids.push_back(to_unique_id(blob));
+  if (ids.size() > 1) {
     check_nccl(ncclCommInitRankScalable(&pending.comm, static_cast<int>(n), static_cast<int>(me),
                                         static_cast<int>(ids.size()), ids.data(), &config),
                "ncclCommInitRankScalable");
   } else {
-    bootstrap::Blob id = exchange_nccl_unique_id(session);
-    ncclUniqueId uid;
-    std::memcpy(uid.internal, id.data(), sizeof uid.internal);
-    check_nccl(ncclCommInitRankConfig(&pending.comm, static_cast<int>(n), uid, static_cast<int>(me), &config),
+    check_nccl(ncclCommInitRankConfig(&pending.comm, static_cast<int>(n), ids[0], static_cast<int>(me), &config),
                "ncclCommInitRankConfig");
   }
   if (!pending.comm) throw PeerError("NCCL init returned no communicator", "nccl");

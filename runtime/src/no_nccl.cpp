@@ -29,4 +29,8 @@ bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session&) {
   throw Error("this build has no NCCL support", "nccl");
 }
 
+std::vector<bootstrap::Blob> exchange_nccl_unique_ids(bootstrap::Session&, unsigned) {
+  throw Error("this build has no NCCL support", "nccl");
+}
+
 }  // namespace trainrt

@@ -1,7 +1,12 @@
 #pragma once
 // A bootstrap view of a subset of a session's ranks (the ranks of one node, the node leaders), so
-// communicators built for "a whole world" can be built for a part of it. Collective calls go to
-// the parent: every parent rank must make the same calls, members or not.
+// communicators built for "a whole world" can be built for a part of it. allgather and barrier go
+// to the parent: every parent rank must make the same calls, members or not. broadcast is the
+// members' affair alone: the root publishes, the others look it up, so building one node's group
+// costs no fence of the whole world and no lookup leaves the node. Every parent rank constructs
+// the same SubSessions in the same order (their keys are numbered by construction).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -13,7 +18,7 @@ namespace trainrt {
 class SubSession final : public bootstrap::Session {
  public:
   SubSession(bootstrap::Session& parent, std::vector<unsigned> members)
-      : parent_(parent), members_(std::move(members)) {
+      : parent_(parent), members_(std::move(members)), instance_(next_instance()++) {
     auto it = std::find(members_.begin(), members_.end(), parent.rank());
     index_ = it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
   }
@@ -29,6 +34,19 @@ class SubSession final : public bootstrap::Session {
     for (unsigned i = 0; i < all.size(); ++i) all[i] = i;
     return all;
   }
+  std::vector<std::vector<unsigned>> ranks_by_node() override {
+    std::vector<std::vector<unsigned>> out;
+    for (const auto& node : parent_.ranks_by_node()) {
+      std::vector<unsigned> mine;
+      for (unsigned r : node) {
+        auto it = std::find(members_.begin(), members_.end(), r);
+        if (it != members_.end()) mine.push_back(static_cast<unsigned>(it - members_.begin()));
+      }
+      std::sort(mine.begin(), mine.end());
+      if (!mine.empty()) out.push_back(std::move(mine));
+    }
+    return out;
+  }
   std::string job_id() const override { return parent_.job_id(); }
   bool is_single_process() const override { return false; }
 
@@ -39,10 +57,15 @@ class SubSession final : public bootstrap::Session {
     return out;
   }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
-    if (root >= members_.size()) throw UsageError("broadcast root outside the group", "bootstrap");
-    const bool i_am_root = index_ == static_cast<int>(root);
-    auto all = parent_.allgather(i_am_root ? data : std::span<const std::uint8_t>{});
-    return std::move(all[members_[root]]);
+    if (root >= members_.size())
+      throw UsageError(fmt::format("broadcast root {} outside a group of {}", root, members_.size()), "bootstrap");
+    if (!is_member()) return {};
+    const std::string key = fmt::format("sub{}.bcast{}", instance_, broadcasts_++);
+    if (index_ == static_cast<int>(root)) {
+      parent_.publish(key, data);
+      return bootstrap::Blob(data.begin(), data.end());
+    }
+    return parent_.lookup(members_[root], key);
   }
   void barrier() override { parent_.barrier(); }
   void publish(const std::string& key, std::span<const std::uint8_t> data) override { parent_.publish(key, data); }
@@ -51,8 +74,15 @@ class SubSession final : public bootstrap::Session {
   }
 
  private:
+  static unsigned& next_instance() {
+    static unsigned n = 0;
+    return n;
+  }
+
   bootstrap::Session& parent_;
   std::vector<unsigned> members_;
+  unsigned instance_;
+  unsigned broadcasts_ = 0;
   int index_ = -1;
 };
 

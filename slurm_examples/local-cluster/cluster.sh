@@ -2,9 +2,10 @@
 # A real Slurm cluster on this machine (munge + slurmctld + slurmd from Debian) with the
 # train-runtime plugin in its plugstack. Run as root.
 #
-#   cluster.sh start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args "k=v ..."]
+#   cluster.sh start [--mode live|xml] [--xml FILE] [--nodes N] [--cpus C] [--build DIR] [--plugin SO] [--plugin-args "k=v ..."]
 #   cluster.sh stop
 #   cluster.sh env        # prints `export SLURM_CONF=...` for clients
+#   cluster.sh delay US   # every node's link delays what it sends by US microseconds (0: none)
 #   cluster.sh run CMD... # runs a client command (srun, sbatch, ...) where the controller is
 #
 # --build DIR: the build folder whose plugin and trainrt-topo the cluster uses (default
@@ -13,9 +14,15 @@
 #       masks are wrong), as sites do; the plugin then places within Slurm's binding.
 # --system-plugstack: use /etc/slurm/plugstack.conf (the installed package's plugstack.conf.d line)
 #       instead of the build's plugin.
-# --nodes N (N >= 2, live mode): N nodes on this machine, each slurmd in its own network namespace
-#       (trt-n1..N, 10.77.0.11+) behind a bridge in the controller's namespace (trt-ctl, 10.77.0.1);
-#       /etc/hosts gets their names (removed by stop). Clients must run via `cluster.sh run`.
+# --nodes N (2..64, live mode): N nodes on this machine, each slurmd in its own network namespace
+#       (<prefix>-n1..N at <subnet>.11+) behind a bridge in the controller's namespace (<prefix>-ctl,
+#       <subnet>.1); /etc/hosts gets their names (removed by stop). Clients must run via `cluster.sh run`.
+#       Several clusters can run side by side when each has its own TRAINRT_CLUSTER_DIR, ports
+#       (TRAINRT_SLURMCTLD_PORT, TRAINRT_SLURMD_PORT), TRAINRT_CLUSTER_PREFIX (default trt) and
+#       TRAINRT_CLUSTER_SUBNET (three octets, default 10.77.0). docs/scale.md: memory and limits.
+# --cpus C (live mode): every node claims C cores (config_overrides), so a node can take C tasks
+#       without srun --overcommit; the tasks still share this machine's real cores. For steps without
+#       --train-runtime: the plugin reads the live topology and refuses cores it does not have.
 # The single node is named after this host, so MASTER_ADDR resolves.
 # live: one node with this machine's real CPUs (slurmd -C) and no GPUs; tasks are really bound.
 # xml:  one node claiming the CPUs and GPUs of a real GPU server's topology file (default: Azure
@@ -28,9 +35,31 @@ repo=$(cd "$here/../.." && pwd)
 dir=${TRAINRT_CLUSTER_DIR:-/tmp/trainrt-cluster}
 build=${TRAINRT_BUILD_DIR:-$repo/build}
 conf=$dir/slurm.conf
+prefix=${TRAINRT_CLUSTER_PREFIX:-trt}
+subnet=${TRAINRT_CLUSTER_SUBNET:-10.77.0}
+# The default cluster keeps the tag older copies of this script remove, so they still clean up.
+hosts_tag="# trainrt-local-cluster"
+[[ $prefix == trt ]] || hosts_tag="# trainrt-local-cluster:$prefix"
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
+
+# Network namespace and interface names are machine-wide and short (15 bytes with "-n64").
+[[ $prefix =~ ^[a-z][a-z0-9]{0,7}$ ]] || die "TRAINRT_CLUSTER_PREFIX '$prefix' must be a lowercase letter and up to 7 letters or digits"
+[[ $subnet =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] &&
+  ((BASH_REMATCH[1] <= 255 && BASH_REMATCH[2] <= 255 && BASH_REMATCH[3] <= 255)) ||
+  die "TRAINRT_CLUSTER_SUBNET '$subnet' is not three octets such as 10.77.0"
+
+# /etc/hosts is shared by every cluster on the machine: edits go one at a time.
+edit_hosts() {  # edit_hosts SED_SCRIPT [LINES_TO_APPEND...]
+  local script=$1; shift
+  (
+    flock 9
+    sed -i "$script" /etc/hosts
+    (($# == 0)) || printf '%s\n' "$@" >> /etc/hosts
+  ) 9>/run/trainrt-local-cluster-hosts.lock
+}
+drop_hosts() { edit_hosts "/ ${hosts_tag//\//\\/}\$/d"; }
 
 install_packages() {
   local need=()
@@ -58,46 +87,86 @@ stop_pidfile() {  # stop_pidfile FILE NAME
 }
 
 cmd_stop() {
-  for f in "$dir"/slurmd-*.pid; do stop_pidfile "$f" slurmd; done
+  # Every slurmd takes seconds to exit: stop them side by side, not one after another.
+  local pids=() f
+  for f in "$dir"/slurmd-*.pid; do [[ -f $f ]] && { stop_pidfile "$f" slurmd & pids+=($!); }; done
+  ((${#pids[@]} == 0)) || wait "${pids[@]}"
+  stop_pidfile "$dir/link_delay.pid" link_delay
   stop_pidfile "$dir/slurmctld.pid" slurmctld
   stop_pidfile "$dir/munge/munged.pid" munged
   if [[ -f $dir/netns ]]; then
     for ns in $(cat "$dir/netns"); do ip netns del "$ns" 2>/dev/null || true; done
-    sed -i '/# trainrt-local-cluster$/d' /etc/hosts
+    drop_hosts
     rm -f "$dir/netns"
     log "removed network namespaces"
   fi
 }
 
+# This kernel has no sch_netem (`tc qdisc ... netem` fails with "unknown qdisc") and no nft queue
+# expression: an iptables (legacy) rule in every node hands what it sends on eth0 to NFQUEUE, and
+# link_delay releases each packet US microseconds later. One-way delay US between nodes (and to the
+# controller), 2 x US for a round trip; traffic inside a node is not delayed.
+delay_rule() {  # delay_rule -A|-D NS
+  nsenter --net="/run/netns/$2" iptables-legacy -w "$1" OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
+}
+cmd_delay() {  # cmd_delay US
+  local us=${1:-} ns nss=()
+  [[ $us =~ ^[0-9]{1,6}$ ]] || die "delay: '$us' is not a whole number of microseconds (0..999999)"
+  [[ -f $dir/netns ]] || die "delay: no multi-node cluster runs in $dir"
+  for ns in $(grep -E -- '-n[0-9]+$' "$dir/netns"); do
+    while delay_rule -D "$ns" 2>/dev/null; do :; done
+    nss+=("$ns")
+  done
+  stop_pidfile "$dir/link_delay.pid" link_delay
+  ((us > 0)) || { log "links undelayed"; return 0; }
+  local tool=$build/benchmarks/link_delay
+  [[ -x $tool ]] || die "delay: $tool is not built (ninja link_delay in $build)"
+  command -v iptables-legacy >/dev/null || die "delay: iptables-legacy is missing (apt-get install iptables)"
+  setsid "$tool" "$us" "${nss[@]/#//run/netns/}" </dev/null >/dev/null 2>>"$dir/link_delay.log" &
+  echo $! > "$dir/link_delay.pid"
+  sleep 0.2
+  kill -0 "$(cat "$dir/link_delay.pid")" 2>/dev/null || die "delay: link_delay did not start: $(tail -1 "$dir/link_delay.log")"
+  for ns in "${nss[@]}"; do delay_rule -A "$ns" || die "delay: iptables could not add the queue rule in $ns"; done
+  log "every node delays what it sends on eth0 by $us us (link_delay pid $(cat "$dir/link_delay.pid"))"
+}
+
 # One bridge in the controller's namespace, one veth per node namespace.
 make_namespaces() {  # make_namespaces N
-  local n=$1 i
-  # Namespace names are machine-wide: clear any a crashed run left behind.
-  for ns in $(ip netns list | awk '/^trt-(ctl|n[0-9]+)( |$)/ {print $1}'); do ip netns del "$ns"; done
-  sed -i '/# trainrt-local-cluster$/d' /etc/hosts
-  ip netns add trt-ctl
-  echo trt-ctl > "$dir/netns"
-  ip -n trt-ctl link set lo up
-  ip -n trt-ctl link add br0 type bridge
-  ip -n trt-ctl addr add 10.77.0.1/24 dev br0
-  ip -n trt-ctl link set br0 up
-  for ((i = 1; i <= n; i++)); do
-    ip netns add "trt-n$i"
-    echo "trt-n$i" >> "$dir/netns"
-    ip -n "trt-n$i" link set lo up
-    ip -n "trt-n$i" link add eth0 type veth peer name "v$i" netns trt-ctl
-    ip -n "trt-n$i" addr add "10.77.0.$((10 + i))/24" dev eth0
-    ip -n "trt-n$i" link set eth0 up
-    ip -n trt-ctl link set "v$i" master br0
-    ip -n trt-ctl link set "v$i" up
-    echo "10.77.0.$((10 + i)) trt-n$i # trainrt-local-cluster" >> /etc/hosts
+  local n=$1 i ns
+  # A crashed run of this cluster may have left its namespaces behind: clear them, unless some
+  # process still lives in one (then it belongs to a running cluster, maybe someone else's).
+  for ns in $(ip netns list | awk -v p="$prefix" '$1 ~ "^" p "-(ctl|n[0-9]+)$" {print $1}'); do
+    [[ -z $(ip netns pids "$ns" 2>/dev/null) ]] ||
+      die "network namespace $ns is in use (pids $(ip netns pids "$ns" | tr '\n' ' ')); another cluster runs with TRAINRT_CLUSTER_PREFIX=$prefix: choose another prefix"
+    ip netns del "$ns"
   done
-  echo "10.77.0.1 trt-ctl # trainrt-local-cluster" >> /etc/hosts
+  drop_hosts
+  local ctl=$prefix-ctl hosts=()
+  ip netns add "$ctl"
+  echo "$ctl" > "$dir/netns"
+  ip -n "$ctl" link set lo up
+  ip -n "$ctl" link add br0 type bridge
+  ip -n "$ctl" addr add "$subnet.1/24" dev br0
+  ip -n "$ctl" link set br0 up
+  for ((i = 1; i <= n; i++)); do
+    ns=$prefix-n$i
+    ip netns add "$ns"
+    echo "$ns" >> "$dir/netns"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link add eth0 type veth peer name "v$i" netns "$ctl"
+    ip -n "$ns" addr add "$subnet.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ctl" link set "v$i" master br0
+    ip -n "$ctl" link set "v$i" up
+    hosts+=("$subnet.$((10 + i)) $ns $hosts_tag")
+  done
+  hosts+=("$subnet.1 $ctl $hosts_tag")
+  edit_hosts "" "${hosts[@]}"
 }
 
 cmd_run() {
   export SLURM_CONF=$conf
-  if [[ -f $dir/netns ]]; then exec nsenter --net=/run/netns/trt-ctl "$@"; fi
+  if [[ -f $dir/netns ]]; then exec nsenter --net="/run/netns/$prefix-ctl" "$@"; fi
   exec "$@"
 }
 
@@ -112,7 +181,7 @@ xml_node_line() {  # CPU and GPU counts of a topology file, as a slurm.conf node
 }
 
 cmd_start() {
-  local mode=xml topo="" plugin="" plugin_args="" nodes=1 task_plugin=none system_plugstack=0
+  local mode=xml topo="" plugin="" plugin_args="" nodes=1 task_plugin=none system_plugstack=0 cpus=""
   while (($#)); do
     case $1 in
       --task-plugin) task_plugin=$2; shift 2 ;;
@@ -123,12 +192,16 @@ cmd_start() {
       --plugin) plugin=$2; shift 2 ;;
       --plugin-args) plugin_args=$2; shift 2 ;;
       --nodes) nodes=$2; shift 2 ;;
+      --cpus) cpus=$2; shift 2 ;;
       *) die "unknown argument '$1' (see the header of $0)" ;;
     esac
   done
   [[ $mode == live || $mode == xml ]] || die "unknown mode '$mode'; valid: live, xml"
-  [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "--nodes '$nodes' is not a number from 1 to 99"
+  # 64: one /24 holds them, and every node is a slurmd of ~10 MB with its own stepd per step.
+  [[ $nodes =~ ^[1-9][0-9]?$ ]] && ((nodes <= 64)) || die "--nodes '$nodes' is not a number from 1 to 64"
   [[ $nodes == 1 || $mode == live ]] || die "--nodes $nodes needs --mode live"
+  [[ -z $cpus || ($cpus =~ ^[1-9][0-9]{0,3}$ && $mode == live) ]] ||
+    die "--cpus '$cpus': a number of cores from 1 to 9999, with --mode live"
   [[ $task_plugin == none || ($task_plugin == affinity && $mode == live) ]] ||
     die "--task-plugin '$task_plugin': valid are none, and affinity with --mode live"
   plugin=${plugin:-$build/spank_plugin/train_runtime.so}
@@ -151,14 +224,15 @@ cmd_start() {
   local ctl_host="$(hostname)(127.0.0.1)" node_names node_addrs
   if ((nodes > 1)); then
     make_namespaces "$nodes"
-    ctl_host="$(hostname)(10.77.0.1)"  # slurmctld insists on its own hostname
-    node="trt-n[1-$nodes]"
-    node_addrs="10.77.0.[11-$((10 + nodes))]"
+    ctl_host="$(hostname)($subnet.1)"  # slurmctld insists on its own hostname
+    node="$prefix-n[1-$nodes]"
+    node_addrs="$subnet.[11-$((10 + nodes))]"
   else
     node_addrs=127.0.0.1
   fi
   if [[ $mode == live ]]; then
     node_line=$(slurmd -C | head -1 | sed -E 's/^NodeName=[^ ]+ //; s/ UpTime.*//')
+    [[ -z $cpus ]] || node_line=$(sed -E "s/CPUs=[0-9]+/CPUs=$cpus/; s/Boards=[0-9]+ //; s/SocketsPerBoard=[0-9]+/Sockets=1/; s/Sockets=[0-9]+/Sockets=1/; s/CoresPerSocket=[0-9]+/CoresPerSocket=$cpus/; s/ThreadsPerCore=[0-9]+/ThreadsPerCore=1/" <<<"$node_line")
     echo 0 > "$dir/gpu-count"
   else
     topo=${topo:-$repo/../shared/topologies/nccl-azure-ndv5-8xH100-8xNDR.xml}
@@ -204,6 +278,8 @@ SlurmdPort=${TRAINRT_SLURMD_PORT:-6818}
 PlugStackConfig=$dir/plugstack.conf
 ReturnToService=2
 KillWait=3
+# A thousand tasks exiting at once on two cores can take minutes: no drained node for it.
+UnkillableStepTimeout=300
 MinJobAge=2
 InactiveLimit=0
 JobCompType=jobcomp/none
@@ -221,10 +297,10 @@ CONF
   export SLURM_CONF=$conf
   if ((nodes > 1)); then
     # nsenter, not `ip netns exec`: the latter remounts /sys, which slurmd does not survive.
-    nsenter --net=/run/netns/trt-ctl slurmctld -f "$conf"
+    nsenter --net="/run/netns/$prefix-ctl" slurmctld -f "$conf"
     for ((i = 1; i <= nodes; i++)); do
-      mkdir -p "$dir/spool-trt-n$i" "$dir/tmp-trt-n$i"
-      nsenter --net="/run/netns/trt-n$i" slurmd -f "$conf" -N "trt-n$i"
+      mkdir -p "$dir/spool-$prefix-n$i" "$dir/tmp-$prefix-n$i"
+      nsenter --net="/run/netns/$prefix-n$i" slurmd -f "$conf" -N "$prefix-n$i"
     done
   else
     mkdir -p "$dir/spool-$node" "$dir/tmp-$node"
@@ -232,7 +308,7 @@ CONF
     slurmd -f "$conf"
   fi
   local up=0
-  for _ in $(seq 1 150); do
+  for _ in $(seq 1 $((150 + 20 * nodes))); do
     up=$(bash "$0" run sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
     ((up >= nodes)) && break
     sleep 0.1
@@ -247,5 +323,6 @@ case ${1:-} in
   stop) cmd_stop ;;
   env) echo "export SLURM_CONF=$conf" ;;
   run) shift; cmd_run "$@" ;;
-  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--build DIR] [--plugin SO] [--plugin-args ARGS] [--task-plugin none|affinity] [--system-plugstack] | stop | env | run CMD..." ;;
+  delay) shift; cmd_delay "$@" ;;
+  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--cpus C] [--build DIR] [--plugin SO] [--plugin-args ARGS] [--task-plugin none|affinity] [--system-plugstack] | stop | env | delay US | run CMD..." ;;
 esac

@@ -45,6 +45,12 @@ TEST_CASE("outside any PMIx server: a single-process world", "[bootstrap]") {
   s->barrier();
   CHECK(exchange_unique_id(*s, Blob(128, 7)) == Blob(128, 7));
   CHECK_THROWS_WITH(exchange_unique_id(*s, Blob{}), Catch::Contains("empty unique id"));
+  CHECK(s->gather(b, 0) == std::vector<Blob>{b});
+  CHECK_THROWS_WITH(s->gather(b, 2), Catch::Contains("root 2"));
+  CHECK(s->gather_from(b, {0}) == std::vector<Blob>{b});
+  CHECK(s->gather_from(b, {}).empty());
+  CHECK_THROWS_WITH(s->gather_from(b, {1}), Catch::Contains("source 1"));
+  CHECK(s->ranks_by_node() == std::vector<std::vector<unsigned>>{{0}});
 }
 
 TEST_CASE("a multi-task launch without PMIx is an error, not N lonely worlds", "[bootstrap]") {

@@ -52,6 +52,7 @@ class ThreadSession final : public bootstrap::Session {
     for (unsigned r = 0; r < world_.size(); ++r) all.push_back(r);
     return all;
   }
+  std::vector<std::vector<unsigned>> ranks_by_node() override { return {local_peers()}; }
   std::string job_id() const override { return "threads"; }
   bool is_single_process() const override { return world_.size() == 1; }
   std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t> mine) override {

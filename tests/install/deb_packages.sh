@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The Debian packages CPack writes install with apt and serve a real `srun --train-runtime` step
-# through the installed plugin and its plugstack.conf.d line; removing them leaves nothing behind.
+# through the installed plugin and its plugstack.conf.d line; the plugin package ships, enables and
+# runs once the boot-time topology cache unit, so the cache is there right after the install;
+# purging the packages leaves nothing behind (cache and unit links included).
+# A cache some admin wrote before the test is put aside and restored.
 # Usage: deb_packages.sh BUILD_DIR   (root: installs into /, then purges; exit 77 otherwise)
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -10,7 +13,11 @@ if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: installing packages needs root"; ex
 packages=(train-runtime-slurm train-runtime-tools libtrainrt-dev libtrainrt0)
 source "$repo/tests/slurm/harness.sh"
 cluster_harness debs 8017 8018
-trap 'bash "$cluster" stop >/dev/null 2>&1; dpkg --purge "${packages[@]}" >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+cache=/run/train-runtime/topology.cache unit=train-runtime-topology-cache.service
+kept=""
+if [[ -e $cache ]]; then kept=$(mktemp -d) && cp -a "$(dirname "$cache")/." "$kept/" && rm -f "$cache" "${cache%.cache}.nccl.xml"; fi
+restore_cache() { [[ -z $kept ]] || { mkdir -p "$(dirname "$cache")" && cp -a "$kept/." "$(dirname "$cache")/" && rm -rf "$kept"; }; }
+trap 'bash "$cluster" stop >/dev/null 2>&1; dpkg --purge "${packages[@]}" >/dev/null 2>&1; restore_cache; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
 
 (cd "$build" && cpack -G DEB -B "$work/pkgs" >"$work/cpack.log" 2>&1) || { fail "cpack" "$(tail -20 "$work/cpack.log")"; exit 1; }
 debs=("$work"/pkgs/*.deb)
@@ -18,6 +25,8 @@ names=$(for d in "${debs[@]}"; do dpkg-deb -f "$d" Package; done | sort | tr '\n
 [[ $names == "libtrainrt-dev libtrainrt0 train-runtime-slurm train-runtime-tools " ]] &&
   pass "cpack wrote 4 packages: $names" || fail "package set" "$names"
 depends=$(dpkg-deb -f "$work"/pkgs/train-runtime-slurm*.deb Depends)
+grep -q "train-runtime-tools (= " <<<"$depends" && pass "the plugin package depends on train-runtime-tools (its boot unit runs trainrt-topo)" ||
+  fail "plugin Depends on the tools" "$depends"
 read -r yy mm < <(sed -nE 's/.*SLURM_VERSION_NUMBER 0x([0-9a-f]{2})([0-9a-f]{2}).*/\1 \2/p' /usr/include/slurm/slurm_version.h)
 slurm_major=$(printf '%d.%02d' "$((16#$yy))" "$((16#$mm))")
 grep -q "slurm-wlm-basic-plugins (>= $slurm_major~)" <<<"$depends" && grep -q "slurm-wlm-basic-plugins (<< " <<<"$depends" &&
@@ -33,6 +42,16 @@ if [[ -f $plugin && -f $conf && $(dirname "$plugin") == "$slurm_dir" && $conf ==
    grep -q "^optional $plugin" "$conf" && dpkg-query -W -f='${Conffiles}' train-runtime-slurm | grep -q "$conf"; then
   pass "installed: $plugin (beside Slurm's own plugins) and its plugstack line $conf (a conffile)"
 else fail "installed files" "$plugin" "$conf"; fi
+unit_file=$(dpkg -L train-runtime-slurm | grep "/$unit\$")
+enabled=$(find /etc/systemd/system -name "$unit" -path '*.wants/*' 2>/dev/null | sort | tr '\n' ' ')
+verify=$(systemd-analyze verify "$unit_file" 2>&1 | grep -v -e 'slurmd.service' -e 'Cannot add dependency' || true)
+if [[ -f $unit_file && $enabled == *multi-user.target.wants/$unit* && $enabled == *slurmd.service.wants/$unit* && -z $verify ]] &&
+   grep -q "^Before=slurmd.service" "$unit_file" && grep -q "^ExecStart=$(command -v trainrt-topo) --write-cache $cache\$" "$unit_file"; then
+  pass "the boot unit $unit_file is installed, runs trainrt-topo --write-cache before slurmd, enabled: $enabled"
+else fail "boot unit" "file '$unit_file', enabled '$enabled'" "$verify"; fi
+if [[ -f $cache ]] && trainrt-topo --cache "$cache" --policy none --tasks 1 >/dev/null 2>&1 && [[ $(stat -c '%U %a' "$cache") == "root 644" ]]; then
+  pass "apt-get install wrote the topology cache ($cache, $(stat -c %s "$cache") bytes, root 0644), and it reads strictly"
+else fail "topology cache after install" "$(ls -la "$(dirname "$cache")" 2>&1)"; fi
 trainrt-topo --policy none --tasks 1 --format env >/dev/null; topo_rc=$?
 trainrt-ckpt list "$work" >/dev/null 2>&1; ckpt_rc=$?   # 1: no committed step there, as expected
 if [[ $topo_rc -eq 0 && $ckpt_rc -le 1 ]]; then
@@ -47,6 +66,9 @@ else fail "srun through the installed plugin" "$out"; fi
 bash "$cluster" stop >/dev/null 2>&1
 
 dpkg --purge "${packages[@]}" >/dev/null 2>&1
-[[ ! -e $plugin && ! -e $conf ]] && pass "purging the packages removes the plugin and its plugstack line" || fail "purge" "$plugin $conf"
+left=$(find /etc/systemd/system -name "$unit" 2>/dev/null)
+if [[ ! -e $plugin && ! -e $conf && ! -e $unit_file && ! -e $cache && ! -e ${cache%.cache}.nccl.xml && -z $left ]]; then
+  pass "purging the packages removes the plugin, its plugstack line, the boot unit and its links, and the topology cache"
+else fail "purge" "$(ls -d "$plugin" "$conf" "$unit_file" "$cache" $left 2>&1)"; fi
 echo "deb packages: $passed passed, $failed failed"
 exit $((failed > 0))

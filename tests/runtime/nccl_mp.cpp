@@ -1,5 +1,6 @@
 // The NCCL communicator.
 //   nccl_mp uid   the unique-id exchange under a PMIx server (no GPU needed): every rank holds rank 0's id
+//   nccl_mp uids  the ids of one root per 2 ranks (ncclCommInitRankScalable's), the same on every rank
 //   nccl_mp gpu   any world, one process per GPU (one process and one GPU is enough): every collective,
 //                 dtype and op against a host reference, blocking and async, stream-ordered after the
 //                 caller's stream, device buckets, split, abort.
@@ -282,6 +283,19 @@ int main(int argc, char** argv) {
       fmt::print("rank {} of {}: {} ({} bytes)\n", me, n, same && nonzero ? "UID-OK" : "UID-MISMATCH", id.size());
       return same && nonzero ? 0 : 1;
     }
+    if (mode == "uids") {
+      // One root per 2 ranks: ceil(n / 2) ids, the same list on every rank, all different.
+      auto ids = exchange_nccl_unique_ids(*session, 2);
+      bootstrap::Blob joined;
+      for (const auto& id : ids) joined.insert(joined.end(), id.begin(), id.end());
+      auto all = session->allgather(joined);
+      bool ok = ids.size() == (n + 1) / 2;
+      for (const auto& b : all) ok &= b == joined;
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        for (std::size_t j = i + 1; j < ids.size(); ++j) ok &= ids[i] != ids[j];
+      fmt::print("rank {} of {}: {} ({} ids)\n", me, n, ok ? "UIDS-OK" : "UIDS-MISMATCH", ids.size());
+      return ok ? 0 : 1;
+    }
     if (mode == "gpu" || mode == "timeout") {
       if (const int code = testing::gpu_presence_exit_code("NCCL init and collectives"); code >= 0) return code;
       cudaStream_t s = nullptr;
@@ -305,7 +319,7 @@ int main(int argc, char** argv) {
       fmt::print("rank {} of {}: {} checks, {} failed: {}\n", me, n, checks, failures, failures ? "GPU-FAIL" : "GPU-OK");
       return failures ? 1 : 0;
     }
-    fmt::print(stderr, "unknown mode '{}'; valid: uid, gpu, timeout\n", mode);
+    fmt::print(stderr, "unknown mode '{}'; valid: uid, uids, gpu, timeout\n", mode);
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "rank {}: error: {}\n", me, e.what());

@@ -31,6 +31,9 @@ class Session {
   virtual unsigned local_size() const = 0;
   virtual unsigned node_id() const = 0;
   virtual std::vector<unsigned> local_peers() const = 0;  // ranks on this node, ascending
+  // The ranks of every node of the job (nodes in the launcher's order, ranks ascending), read from
+  // the launcher's job data without any exchange: grouping ranks by node costs no fence.
+  virtual std::vector<std::vector<unsigned>> ranks_by_node() = 0;
   virtual std::string job_id() const = 0;                 // the PMIx namespace, "single" otherwise
   virtual bool is_single_process() const = 0;
 
@@ -38,6 +41,14 @@ class Session {
   virtual std::vector<Blob> allgather(std::span<const std::uint8_t> mine) = 0;
   // `data` matters on `root` only; every rank returns root's blob.
   virtual Blob broadcast(std::span<const std::uint8_t> data, unsigned root) = 0;
+  // Every rank contributes a blob; `root` returns all of them (indexed by rank), every other rank
+  // an empty vector. Where one rank needs the blobs, cheaper than allgather: with PMIx the others
+  // read nothing (an allgather costs every rank one read per rank: O(N^2) over the world).
+  virtual std::vector<Blob> gather(std::span<const std::uint8_t> mine, unsigned root);
+  // Only the ranks in `sources` (ascending, the same list on every rank) contribute; every rank
+  // returns their blobs in that order. For a few roots' data (NCCL's unique ids): every rank
+  // reads |sources| blobs, not N.
+  virtual std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources);
   virtual void barrier() = 0;
 
   // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under

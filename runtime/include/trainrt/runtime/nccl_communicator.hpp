@@ -47,6 +47,10 @@ void* nccl_stream(Communicator& comm);
 
 // The id exchange alone (no GPU needed): rank 0's ncclGetUniqueId, broadcast by the bootstrap.
 bootstrap::Blob exchange_nccl_unique_id(bootstrap::Session& session);
+// What make_nccl_communicator hands ncclCommInitRankScalable: one id from every root (ranks 0,
+// ranks_per_root, 2 * ranks_per_root, ...), in root order, on every rank. ranks_per_root 0 or at
+// least the world: rank 0's id alone. Collective; no GPU needed.
+std::vector<bootstrap::Blob> exchange_nccl_unique_ids(bootstrap::Session& session, unsigned ranks_per_root);
 
 // The device ordinal a rank uses (pure, no CUDA call): TRAINRT_CUDA_DEVICE when set (the plugin's
 // position of the task's own GPU in CUDA_VISIBLE_DEVICES); else the local rank when it is below

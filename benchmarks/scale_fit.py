@@ -1,0 +1,197 @@
+"""The model of docs/scale.md: fitted by least squares on part of benchmarks/scale.sh's medians,
+checked on the points held out, projected to a real fabric (`scale_model.py fit`).
+
+Every figure is a sum of terms whose cause is known (docs/scale.md "The model"):
+  const       start-up and fixed per-step work
+  ranks       N: every rank's own CPU work; on this machine all N ranks share its cores, so it
+              grows with N here, and with ranks per node on a real cluster
+  nodes       n: one slurmstepd + PMIx server per node, here again sharing the same cores
+  tree_rtt    levels(n) x round trip: a data-free fence climbs Slurm's tree (TreeWidth 16)
+  ring_rtt    n x round trip: a fence with data goes around a ring of nodes, one hop per node
+Coefficients are fitted with relative weights (the error that matters is a ratio) and kept
+non-negative (a term with a negative fit is dropped and the rest refitted: a cost cannot be < 0).
+Standard library only: the solver is a few lines of Gaussian elimination on the normal equations.
+"""
+import math
+import statistics
+
+TREE_WIDTH = 16  # Slurm's default TreeWidth; its PMIx plugin's data-free fence follows the same tree
+
+# figure -> terms. Which terms each step has is a statement about its design, tested by the fit.
+MODELS = {
+    "floor_last": ("const", "ranks", "nodes", "tree_rtt"),      # bare PMIx_Init + data-free fence
+    "init_last": ("const", "ranks", "nodes", "tree_rtt"),       # trainrt::init() to a ready world
+    "fence_nodata": ("const", "ranks", "nodes", "tree_rtt"),
+    "fence_data8": ("const", "ranks", "nodes", "ring_rtt"),
+    "uid_1root": ("const", "ranks", "nodes", "tree_rtt"),
+    "uid_roots256": ("const", "ranks", "nodes", "tree_rtt"),
+    "ckpt_commit": ("const", "ranks", "nodes", "tree_rtt"),
+    "torch_last": ("const", "ranks", "ranks2"),                  # TCPStore + gloo's full mesh
+}
+
+
+def levels(n):
+    """Levels of a TreeWidth-16 tree over n nodes (0 for one node: nothing crosses a link)."""
+    return 0 if n <= 1 else math.ceil(math.log(n) / math.log(TREE_WIDTH) - 1e-9)
+
+
+def feature(term, ranks, nodes, rtt_ms):
+    return {"const": 1.0, "ranks": float(ranks), "ranks2": float(ranks) ** 2, "nodes": float(nodes),
+            "tree_rtt": levels(nodes) * rtt_ms, "ring_rtt": (nodes if nodes > 1 else 0) * rtt_ms}[term]
+
+
+def solve(a, b):
+    """x with a x = b (a square), partial pivoting; None when singular."""
+    n = len(a)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[p][c]) < 1e-12:
+            return None
+        m[c], m[p] = m[p], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def nonneg_lstsq(rows, ys, terms):
+    """Minimises sum(((row.x - y) / y)^2) with x >= 0 by dropping negative terms one at a time."""
+    active = list(range(len(terms)))
+    while active:
+        w = [1.0 / y for y in ys]
+        # columns scaled to unit size so the normal equations stay well conditioned
+        scale = [max(abs(r[j]) for r in rows) or 1.0 for j in active]
+        xs = [[r[j] / s * wi for j, s in zip(active, scale)] for r, wi in zip(rows, w)]
+        yw = [y * wi for y, wi in zip(ys, w)]
+        ata = [[sum(x[i] * x[j] for x in xs) for j in range(len(active))] for i in range(len(active))]
+        aty = [sum(x[i] * y for x, y in zip(xs, yw)) for i in range(len(active))]
+        sol = solve(ata, aty)
+        if sol is None:
+            active.pop()  # the last term is not identifiable from these points
+            continue
+        coef = [c / s for c, s in zip(sol, scale)]
+        worst = min(range(len(active)), key=lambda i: coef[i])
+        if coef[worst] >= 0:
+            out = [0.0] * len(terms)
+            for j, c in zip(active, coef):
+                out[j] = c
+            return out
+        active.pop(worst)
+    return [0.0] * len(terms)
+
+
+def predict(coef, terms, ranks, nodes, rtt_ms):
+    return sum(c * feature(t, ranks, nodes, rtt_ms) for c, t in zip(coef, terms))
+
+
+def held_out(spec):
+    """'nodes>=16,ranks>=1024' -> a predicate true for points any condition names."""
+    conds = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        for op in (">=", "<=", "==", ">", "<"):
+            if op in part:
+                name, value = part.split(op)
+                if name not in ("ranks", "nodes", "delay"):
+                    raise SystemExit(f"--holdout: '{name}' is not ranks, nodes or delay")
+                conds.append((name, op, float(value)))
+                break
+        else:
+            raise SystemExit(f"--holdout: '{part}' has no comparison")
+    ops = {">=": float.__ge__, "<=": float.__le__, "==": float.__eq__, ">": float.__gt__, "<": float.__lt__}
+
+    def test(key):
+        vals = dict(zip(("ranks", "nodes", "delay"), map(float, key)))
+        return any(ops[op](vals[name], v) for name, op, v in conds)
+    return test
+
+
+# A real cluster (docs/scale.md "Projection"): 8 ranks (GPUs) per node, a core per rank at least,
+# kernel TCP between nodes. Each term is carried over by what it stands for.
+REAL_RANKS_PER_NODE = 8
+REAL_RTT_MS = 0.030        # TCP round trip node to node on a data-centre fabric (IPoIB/RoCE/Ethernet)
+REAL_HOP_MS = 0.5          # a PMIx server's work per tree level (unpack, merge, forward): assumed
+PUBLISHED = {"TCPStore, 96K ranks (torch libuv backend)": 100.0, "NCCL init, 96k GPUs (NVIDIA/nccl#1156)": 265.0}
+
+
+# Steps where one root reads every rank's blob (the commit's gather, one NCCL root's id): their
+# N term is printed twice, as parallel work and as the root's serial work (an upper bound: here the
+# fitted per-rank cost includes every rank's CPU on 2 shared cores, not the root's alone).
+ROOT_SERIAL = ("uid_1root", "ckpt_commit")
+
+
+def project(coef, terms, cores_here, ranks, root_serial=False):
+    """Seconds at `ranks` on a real cluster: CPU terms stop sharing one machine's cores."""
+    n = max(1, ranks // REAL_RANKS_PER_NODE)
+    total = 0.0
+    for c, t in zip(coef, terms):
+        if t == "const":
+            total += c
+        elif t == "ranks" and root_serial:
+            total += c * ranks
+        elif t == "ranks":    # per rank CPU here is c * cores_here; a node runs its ranks side by side
+            total += c * cores_here
+        elif t == "nodes":    # a node's own daemon work, side by side on every node
+            total += c * cores_here
+        elif t == "tree_rtt":  # c fence-equivalents, each climbing the tree: rtt + a hop's work per level
+            total += c * levels(n) * (REAL_RTT_MS + REAL_HOP_MS)
+        elif t == "ring_rtt":
+            total += c * n * (REAL_RTT_MS + REAL_HOP_MS)
+        elif t == "ranks2":   # one store serving every rank, every rank connecting to every rank: stays
+            total += c * float(ranks) ** 2
+    return total / 1e3
+
+
+def fit_command(med, rtt, holdout, cores_here=2):
+    hold = held_out(holdout)
+    status = 0
+    rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+    print(f"model: least squares (relative, non-negative) per figure; held out: {holdout}")
+    print(f"terms: const, ranks N, nodes n, tree_rtt = levels(n) x rtt (TreeWidth {TREE_WIDTH}), "
+          "ring_rtt = n x rtt, ranks2 = N^2")
+    errors_all = []
+    fitted = {}
+    for fig, terms in MODELS.items():
+        pts = [(k, m[fig]) for k, m in med.items() if fig in m and k in rtt_ms]
+        train = [(k, y) for k, y in pts if not hold(k)]
+        test = [(k, y) for k, y in pts if hold(k)]
+        if len(train) < len(terms) + 1:
+            print(f"\n{fig}: {len(train)} points to fit {len(terms)} terms: not fitted")
+            continue
+        rows = [[feature(t, k[0], k[1], rtt_ms[k]) for t in terms] for k, _ in train]
+        coef = nonneg_lstsq(rows, [y for _, y in train], terms)
+        fitted[fig] = coef
+        fit_err = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k]) - y) / y for k, y in train]
+        print(f"\n{fig} = " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)) + "  (ms; rtt in ms)")
+        print(f"  fitted on {len(train)} points: median error {statistics.median(fit_err):.0%}, max {max(fit_err):.0%}")
+        if not test:
+            print("  no held-out point")
+            continue
+        errs = []
+        for k, y in sorted(test):
+            p = predict(coef, terms, k[0], k[1], rtt_ms[k])
+            errs.append(abs(p - y) / y)
+            print(f"  held out {k[0]:6d} ranks {k[1]:3d} nodes {k[2]:4d} us (rtt {rtt_ms[k] * 1e3:4.0f} us): "
+                  f"measured {y:9.1f} ms, model {p:9.1f} ms, error {errs[-1]:+.0%}".replace("+", ""))
+        print(f"  held-out error: median {statistics.median(errs):.0%}, max {max(errs):.0%} over {len(errs)} points")
+        if fig in ("init_last", "floor_last", "ckpt_commit"):
+            errors_all += errs
+    if errors_all:
+        worst = max(errors_all)
+        print(f"\nready world and commit (init_last, floor_last, ckpt_commit), held-out points: "
+              f"median error {statistics.median(errors_all):.0%}, max {worst:.0%} (goal <= 25%)")
+    print(f"\nprojection to a real cluster ({REAL_RANKS_PER_NODE} ranks per node, a core per rank, rtt "
+          f"{REAL_RTT_MS * 1e3:.0f} us, {REAL_HOP_MS} ms of PMIx server work per tree level; this machine: "
+          f"{cores_here} cores shared by every rank), seconds:")
+    print(f"{'figure':>14} " + " ".join(f"{r:>10}" for r in ("1k", "10k", "100k")))
+    for fig in ("floor_last", "init_last", "uid_1root", "uid_roots256", "ckpt_commit", "torch_last"):
+        if fig in fitted:
+            vals = [project(fitted[fig], MODELS[fig], cores_here, r) for r in (1024, 10240, 102400)]
+            print(f"{fig:>14} " + " ".join(f"{v:10.2f}" for v in vals))
+            if fig in ROOT_SERIAL:
+                vals = [project(fitted[fig], MODELS[fig], cores_here, r, True) for r in (1024, 10240, 102400)]
+                print(f"{'  root-serial':>14} " + " ".join(f"{v:10.2f}" for v in vals))
+    for what, s in PUBLISHED.items():
+        print(f"  published: {what}: ~{s:.0f} s")
+    return status

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Figures and model of benchmarks/scale.sh (docs/scale.md).
+
+  scale_model.py summary RAW.tsv...     medians per point, ratios to the bare fence of the same point
+  scale_model.py fit RAW.tsv... [--holdout SPEC]
+                                        fits the model on the points not held out, states its error
+                                        on the held-out ones, projects to 1k/10k/100k ranks
+
+Standard library only, so it runs from a fresh clone wherever python3 is.
+"""
+import argparse
+import collections
+import statistics
+import sys
+
+from scale_fit import fit_command
+
+
+def read_raw(paths):
+    """{(ranks, nodes, delay): {figure: [ms, ...]}} plus the rtt and load seen at each point."""
+    figures = collections.defaultdict(lambda: collections.defaultdict(list))
+    rtt, load = collections.defaultdict(list), collections.defaultdict(list)
+    for path in paths:
+        with open(path) as f:
+            header = None
+            for line in f:
+                if line.startswith("#"):
+                    continue
+                cols = line.rstrip("\n").split("\t")
+                if header is None:
+                    header = cols
+                    continue
+                row = dict(zip(header, cols))
+                key = (int(row["ranks"]), int(row["nodes"]), int(row["delay_us"]))
+                if row["figure"] == "failed":
+                    figures[key][f"{row['mode']}_failed"].append(1.0)
+                    continue
+                figures[key][row["figure"]].append(float(row["ms"]))
+                if row["rtt_us"] not in ("NA", ""):
+                    rtt[key].append(float(row["rtt_us"]))
+                load[key].append(float(row["load_before"]))
+    return figures, rtt, load
+
+
+def medians(figures):
+    return {k: {f: statistics.median(v) for f, v in figs.items()} for k, figs in figures.items()}
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def summary(paths):
+    figures, rtt, load = read_raw(paths)
+    med = medians(figures)
+    cols = ["floor_last", "init_last", "torch_last", "floor_own", "init_own", "fence_nodata", "fence_data8",
+            "session_allgather8", "uid_1root", "uid_roots256", "ckpt_commit", "base_ckpt_commit"]
+    print("medians in ms (slowest rank; _last: from the last rank's main() to the last rank ready; "
+          "warm steps: median of reps x 3)")
+    print(f"{'ranks':>6} {'nodes':>5} {'delay':>5} {'rtt':>5} {'load':>5} " + " ".join(f"{c:>12}" for c in cols)
+          + f" {'init/floor':>10} {'torch/init':>10} {'runs':>5}")
+    for key in sorted(med):
+        m = med[key]
+        r, n, d = key
+        cells = " ".join(f"{m[c]:12.1f}" if c in m else f"{'-':>12}" for c in cols)
+        runs = len(figures[key].get("init_last", []))
+        fails = {f: len(v) for f, v in figures[key].items() if f.endswith("_failed")}
+        rt = f"{statistics.median(rtt[key]):.0f}" if rtt[key] else "NA"
+        print(f"{r:6d} {n:5d} {d:5d} {rt:>5} {statistics.median(load[key]):5.1f} {cells} "
+              f"{ratio(m.get('init_last'), m.get('floor_last')):>10} {ratio(m.get('torch_last'), m.get('init_last')):>10} "
+              f"{runs:5d}{'  failed: ' + str(fails) if fails else ''}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summary")
+    s.add_argument("raw", nargs="+")
+    f = sub.add_parser("fit")
+    f.add_argument("raw", nargs="+")
+    f.add_argument("--holdout", default="nodes>=16,ranks>=1024",
+                   help="points the fit never sees: a comma list of conditions that each hold out points "
+                        "(e.g. 'ranks>=1024' or 'nodes==8'); default %(default)s")
+    args = ap.parse_args()
+    if args.cmd == "summary":
+        summary(args.raw)
+    else:
+        figures, rtt, load = read_raw(args.raw)
+        sys.exit(fit_command(medians(figures), rtt, args.holdout))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+// The bootstrap's collectives run as separate processes under a PMIx server (mpirun or srun
+// --mpi=pmix): allgather, gather to every root, gather_from a few sources, broadcast, and
+// ranks_by_node against the ranks' own view of their node. Blob content is a pure function of the
+// rank (and sizes differ by rank, empty included), so every rank checks what it received.
+// Prints "rank R of N: K checks, F failed, nodes [a,b|c,d]"; exit 0 only when nothing failed.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "trainrt/bootstrap/session.hpp"
+#include "trainrt/error.hpp"
+
+using namespace trainrt::bootstrap;
+
+namespace {
+
+unsigned checks = 0, failures = 0;
+
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok && failures++ < 20) fmt::print(stderr, "FAIL: {}\n", what);
+}
+
+Blob blob_of(unsigned rank, unsigned salt) {
+  Blob b(rank % 3 == 1 ? 0 : 1 + (rank * 7 + salt) % 40);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<std::uint8_t>(rank * 31 + salt * 5 + i);
+  return b;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    auto s = Session::open({std::chrono::seconds(60), true});
+    const unsigned me = s->rank(), n = s->size();
+    auto all = s->allgather(blob_of(me, 1));
+    check(all.size() == n, "allgather size");
+    for (unsigned r = 0; r < n && r < all.size(); ++r) check(all[r] == blob_of(r, 1), fmt::format("allgather from {}", r));
+    for (unsigned root = 0; root < n; ++root) {
+      auto got = s->gather(blob_of(me, 2 + root), root);
+      if (me != root) {
+        check(got.empty(), fmt::format("gather to {}: rank {} received {} blobs", root, me, got.size()));
+        continue;
+      }
+      check(got.size() == n, fmt::format("gather to {}: {} blobs", root, got.size()));
+      for (unsigned r = 0; r < n && r < got.size(); ++r)
+        check(got[r] == blob_of(r, 2 + root), fmt::format("gather to {}: blob of {}", root, r));
+    }
+    std::vector<unsigned> sources = {0};
+    if (n > 2) sources.push_back(2);
+    if (n > 3) sources.push_back(n - 1);
+    auto some = s->gather_from(blob_of(me, 90), sources);
+    check(some.size() == sources.size(), "gather_from size");
+    for (std::size_t i = 0; i < sources.size() && i < some.size(); ++i)
+      check(some[i] == blob_of(sources[i], 90), fmt::format("gather_from source {}", sources[i]));
+    try {
+      s->gather_from(blob_of(me, 91), {1, 0});
+      check(false, "gather_from {1, 0} was accepted");
+    } catch (const trainrt::Error& e) {
+      check(std::string(e.what()).find("source 0") != std::string::npos, fmt::format("unclear error: {}", e.what()));
+    }
+    check(s->broadcast(blob_of(me, 92), n - 1) == blob_of(n - 1, 92), "broadcast from the last rank");
+    auto nodes = s->ranks_by_node();
+    std::vector<unsigned> seen;
+    for (const auto& node : nodes) {
+      seen.insert(seen.end(), node.begin(), node.end());
+      if (std::find(node.begin(), node.end(), me) != node.end())
+        check(node == s->local_peers(), fmt::format("my node {} != local peers {}", node, s->local_peers()));
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<unsigned> every(n);
+    for (unsigned r = 0; r < n; ++r) every[r] = r;
+    check(seen == every, fmt::format("ranks_by_node covers {}", seen));
+    std::string shape;
+    for (const auto& node : nodes) shape += fmt::format("{}{}", shape.empty() ? "" : "|", fmt::join(node, ","));
+    s->barrier();
+    fmt::print("rank {} of {}: {} checks, {} failed, nodes [{}]\n", me, n, checks, failures, shape);
+    return failures ? 1 : 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}
