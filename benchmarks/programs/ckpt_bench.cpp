@@ -1,6 +1,8 @@
 // ckpt-bench: checkpoint costs next to their floors, measured in the same run (A B A B).
 //   mpirun -np 2 ckpt-bench DIR [MiB per rank ...]
-// stall   : save() blocking time vs memcpy of the same bytes into preallocated memory
+// stall   : save() blocking time vs memcpy of the same bytes into preallocated memory, each rep
+//           shown with the page faults and involuntary context switches the two copies took (the
+//           slowest rank's), and with the memory tier (snapshot() into the rank's tmpfs file)
 // persist : shard bytes / background persist time vs `dd if=/dev/zero bs=16M conv=fsync` of the same
 //           size on the same filesystem, every rank at once (and, shown, dd with oflag=direct: the
 //           shard's buffers are written with O_DIRECT)
@@ -11,6 +13,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
+#include "trainrt/checkpoint/memory_tier.hpp"
 
 using namespace trainrt;
 using Clock = std::chrono::steady_clock;
@@ -50,6 +54,16 @@ bool drop_page_cache() {
   ::close(fd);
   return ok;
 }
+
+// This thread's minor+major page faults and involuntary context switches so far.
+struct Usage {
+  long faults = 0, preempted = 0;
+  static Usage now() {
+    rusage u{};
+    ::getrusage(RUSAGE_THREAD, &u);
+    return {u.ru_minflt + u.ru_majflt, u.ru_nivcsw};
+  }
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -96,15 +110,27 @@ int main(int argc, char** argv) {
     mgr.register_buffer("state", state.data(), bytes, DType::F32, {static_cast<std::int64_t>(state.size())});
     double stall = 0, floor = 0, persist = 0, dd = 0, dd_direct = 0, end_to_end = 0;
     const int reps = 3;
+    std::vector<std::string> rep_lines;
     for (int r = 0; r < reps; ++r) {
       session->barrier();
+      const Usage c0 = Usage::now();
       auto t = Clock::now();
       std::memcpy(copy.data(), state.data(), bytes);
-      floor += max_all(since(t));
+      const double copied = since(t);
+      const Usage c1 = Usage::now();
+      const double floor_r = max_all(copied);
+      floor += floor_r;
       session->barrier();
+      const Usage s0 = Usage::now();
       auto result = mgr.save(static_cast<std::uint64_t>(r + 1));
+      const Usage s1 = Usage::now();
       auto res = result.get();
-      stall += max_all(res.stall_seconds);
+      const double stall_r = max_all(res.stall_seconds);
+      stall += stall_r;
+      rep_lines.push_back(fmt::format(
+          "{:>5} MiB/rank  rep {}: stall {:6.1f} ms ({:.0f} faults, {:.0f} preempted)  memcpy {:6.1f} ms ({:.0f} faults, {:.0f} preempted)",
+          mib, r, stall_r * 1e3, max_all(double(s1.faults - s0.faults)), max_all(double(s1.preempted - s0.preempted)),
+          floor_r * 1e3, max_all(double(c1.faults - c0.faults)), max_all(double(c1.preempted - c0.preempted))));
       persist += max_all(res.persist_seconds);
       end_to_end += max_all(res.stall_seconds + res.persist_seconds);
       session->barrier();
@@ -120,6 +146,84 @@ int main(int argc, char** argv) {
       dd_direct += max_all(since(tdd));
       ::unlink(fmt::format("{}/dd-{}.bin", base, rank).c_str());
     }
+    // The capture with the memory tier: snapshot()'s stall is the copy into the rank's tmpfs file.
+    double tier_stall = 0, tier_floor = 0;
+    std::string tier_off, tier_base, tier_job, memory_restore_source, disk_restore_source;
+    double memory_restore = 0, disk_restore = 0;
+    bool dropped_for_tier = false;
+    {
+      std::string job = fmt::format("ckpt-bench-{}", ::getpid());
+      const auto named = session->broadcast({reinterpret_cast<const std::uint8_t*>(job.data()), job.size()}, 0);
+      job.assign(named.begin(), named.end());  // rank 0's: one tier for the ranks of this run
+      checkpoint::Options t = o;
+      t.directory = dir + "-tier";
+      t.memory_tier.enabled = true;
+      t.memory_tier.job = job;
+      tier_base = t.memory_tier.base;
+      tier_job = job;
+      checkpoint::Manager tm(*session, t);
+      tm.register_buffer("state", state.data(), bytes, DType::F32, {static_cast<std::int64_t>(state.size())});
+      // As a trainer starts: restore() (nothing to restore here) opens the tier and maps the
+      // staging on the rank's tier file, every page allocated, so no snapshot's stall pays for that.
+      tm.restore();
+      for (int r = 0; r < reps; ++r) {
+        session->barrier();
+        const Usage c0 = Usage::now();
+        auto tc = Clock::now();
+        std::memcpy(copy.data(), state.data(), bytes);
+        const double copied = since(tc);
+        const Usage c1 = Usage::now();
+        const double floor_r = max_all(copied);
+        tier_floor += floor_r;
+        session->barrier();
+        const Usage s0 = Usage::now();
+        auto result = tm.snapshot(static_cast<std::uint64_t>(r + 1));
+        const Usage s1 = Usage::now();
+        const auto res = result.get();
+        const double stall_r = max_all(res.stall_seconds);
+        tier_stall += stall_r;
+        rep_lines.push_back(fmt::format(
+            "{:>5} MiB/rank  tier rep {}: snapshot stall {:6.1f} ms ({:.0f} faults, {:.0f} preempted)  memcpy {:6.1f} ms ({:.0f} faults, {:.0f} preempted)",
+            mib, r, stall_r * 1e3, max_all(double(s1.faults - s0.faults)), max_all(double(s1.preempted - s0.preempted)),
+            floor_r * 1e3, max_all(double(c1.faults - c0.faults)), max_all(double(c1.preempted - c0.preempted))));
+      }
+      tier_off = tm.memory_tier_off();
+      // Restore from memory: a save puts one step in the tier and the directory alike.
+      tm.save(static_cast<std::uint64_t>(reps + 1)).get();
+      std::vector<double> from_memory;
+      for (int r = 0; r < 3; ++r) {
+        session->barrier();
+        auto tr = Clock::now();
+        tm.restore();
+        from_memory.push_back(max_all(since(tr)));
+      }
+      memory_restore = median(from_memory);
+      memory_restore_source = tm.last_restore().source;
+      tm.wait_idle();
+    }  // every rank's manager gone (their locks released) before rank 0 removes the tier
+    session->barrier();
+    if (rank == 0)
+      for (const auto& line : checkpoint::remove_memory_tier(tier_base, tier_job)) fmt::print("# {}\n", line);
+    session->barrier();
+    {  // The same step from the directory, the page cache dropped before each (as root).
+      checkpoint::Options d = o;
+      d.directory = dir + "-tier";
+      checkpoint::Manager dm(*session, d);
+      dm.register_buffer("state", state.data(), bytes, DType::F32, {static_cast<std::int64_t>(state.size())});
+      std::vector<double> from_disk;
+      for (int r = 0; r < 3; ++r) {
+        session->barrier();
+        if (rank == 0) dropped_for_tier = drop_page_cache();
+        session->barrier();
+        auto tr = Clock::now();
+        dm.restore();
+        from_disk.push_back(max_all(since(tr)));
+      }
+      disk_restore = median(from_disk);
+      disk_restore_source = dm.last_restore().source;
+    }
+    session->barrier();
+    if (rank == 0) std::filesystem::remove_all(dir + "-tier", ec);
     const std::string shard = fmt::format("{}/step_{:012}/rank_{:05}.shard", dir, reps, rank);
     std::vector<char> destination(static_cast<std::size_t>(std::filesystem::file_size(shard)));
     std::memset(destination.data(), 0, destination.size());  // preallocated: its pages exist, like the buffers'
@@ -149,8 +253,17 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       double gb = static_cast<double>(bytes) / 1e9;
+      for (const auto& line : rep_lines) fmt::print("{}\n", line);
       fmt::print("{:>5} MiB/rank  stall {:7.1f} ms  memcpy {:7.1f} ms  ratio {:5.2f}x (goal <= 1.2x)\n", mib,
                  stall / reps * 1e3, floor / reps * 1e3, stall / floor);
+      if (tier_off.empty())
+        fmt::print("{:>5} MiB/rank  memory tier: snapshot stall {:7.1f} ms  memcpy {:7.1f} ms  ratio {:5.2f}x (goal <= 1.1x)\n",
+                   mib, tier_stall / reps * 1e3, tier_floor / reps * 1e3, tier_stall / tier_floor);
+      else
+        fmt::print("{:>5} MiB/rank  memory tier off: {}\n", mib, tier_off);
+      fmt::print("{:>5} MiB/rank  restore from the memory tier {:7.1f} ms ({})  from the directory {:7.1f} ms ({}, {})  ratio {:5.2f}x (goal >= 5x)\n",
+                 mib, memory_restore * 1e3, memory_restore_source, disk_restore * 1e3, disk_restore_source,
+                 dropped_for_tier ? "page cache dropped" : "page cache NOT dropped: not root", disk_restore / memory_restore);
       fmt::print("{:>5} MiB/rank  persist {:6.2f} GB/s/rank  dd conv=fsync {:6.2f} GB/s/rank  ratio {:5.2f}x (goal >= 0.9x)\n",
                  mib, gb / (persist / reps), gb / (dd / reps), (dd / reps) / (persist / reps));
       fmt::print("{:>5} MiB/rank  (dd oflag=direct conv=fsync, around the page cache: {:.2f} GB/s/rank, ratio {:.2f}x)\n", mib,
@@ -166,7 +279,7 @@ int main(int argc, char** argv) {
                  end_to_end / reps * 1e3, restore[0] * 1e3);
     }
     session->barrier();
-    if (rank == 0) std::system(fmt::format("rm -rf '{}'", dir).c_str());
+    if (rank == 0) std::filesystem::remove_all(dir, ec);
   }
   return 0;
 }

@@ -54,8 +54,7 @@ bool Manager::Impl::has_manifest(std::uint64_t step) const {
   return dir && dir->exists(kManifestName);
 }
 
-SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::string& header_xxh3, json& fingerprints) {
-  const auto t0 = Clock::now();
+std::unique_ptr<format::ShardWriter> Manager::Impl::prepare_shard(std::uint64_t step, json& fingerprints) {
   // This rank's share of each sharded tensor's fingerprint, from the staged copy (restore checks
   // the reassembled content against their sum, whatever the layout then).
   fingerprints = json::object();
@@ -63,23 +62,29 @@ SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, std::s
     if (e.shard) fingerprints[e.name] = layout::hex(layout::chunk_fingerprint(e, staged(e)));
   // Layout: the host-buffer staging as it is (page-aligned, whole pages: written around the page
   // cache), then device buffers and blobs. Readers go by each entry's offset.
-  format::ShardWriter w(step, session.rank(), session.size(), staging.data(), staging.size());
+  auto w = std::make_unique<format::ShardWriter>(step, session.rank(), session.size(), staging.data(), staging.size());
   std::size_t blob_index = 0;
   for (const auto& e : entries) {
     const bool replicated = e.sharding == Sharding::Replicated;
     if (!e.blob && !e.pinned) {
-      w.place(e.name, false, e.dtype, e.shape, replicated, e.staging_offset, e.bytes, e.shard);
+      w->place(e.name, false, e.dtype, e.shape, replicated, e.staging_offset, e.bytes, e.shard);
     } else if (!e.blob) {
-      w.append(e.name, false, e.dtype, e.shape, replicated, e.pinned, e.bytes, e.shard);
+      w->append(e.name, false, e.dtype, e.shape, replicated, e.pinned, e.bytes, e.shard);
     } else {
       const auto& b = blob_staging[blob_index++];
-      w.append(e.name, true, e.dtype, e.shape, replicated, b.data(), b.size());
+      w->append(e.name, true, e.dtype, e.shape, replicated, b.data(), b.size());
     }
   }
-  const auto& pieces = w.finish();
-  header_xxh3 = w.header_xxh3();
+  // The memory tier's file reserved its header pages: the same header goes to the directory, so
+  // both hold the same bytes and one manifest describes either.
+  w->finish(staging.mapped() ? staging.head_bytes() : 0);
+  return w;
+}
+
+SaveResult Manager::Impl::write_shard(std::uint64_t step, const Dir& dir, const format::ShardWriter& w) {
+  const auto t0 = Clock::now();
   const std::string name = shard_name(session.rank());
-  dir.write_new(name + ".tmp", pieces);
+  dir.write_new(name + ".tmp", w.pieces());
   dir.rename(name + ".tmp", name);  // the step is not committed: renaming over a leftover is fine
   dir.fsync();
   SaveResult r;
@@ -204,18 +209,23 @@ void retire_older_than(const Dir& root, std::uint64_t step, unsigned keep_last, 
 // Rank 0, after the commit was announced.
 void Manager::Impl::retire_older_than(std::uint64_t step) { checkpoint::retire_older_than(root, step, opts.keep_last, opts.log); }
 
-bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step) {
-  // Rank 0 learns whether anyone registered something since the layout was last agreed, and tells
+bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step, bool to_disk) {
+  // Rank 0 learns whether anyone registered something since the layout was last agreed, and
+  // whether every rank has the memory tier enabled (a save goes to the tier only then), and tells
   // everyone that and whether the step is committed: a gather and a broadcast, so no rank reads
   // every rank's answer (an allgather costs each rank one read per rank).
-  const json mine = {{"changed", layout_checked_at != registrations}};
+  const json mine = {{"changed", layout_checked_at != registrations}, {"tier", opts.memory_tier.enabled}};
   const auto answers = session.gather(to_blob(mine), 0);
   json verdict;
   if (session.rank() == 0) {
     try {
-      bool changed = false;
-      for (const auto& b : answers) changed = changed || from_blob(b).at("changed").get<bool>();
-      verdict = {{"committed", has_manifest(step)}, {"changed", changed}};
+      bool changed = false, tier = true;
+      for (const auto& b : answers) {
+        const json r = from_blob(b);
+        changed = changed || r.at("changed").get<bool>();
+        tier = tier && r.at("tier").get<bool>();
+      }
+      verdict = {{"committed", has_manifest(step)}, {"changed", changed}, {"tier", tier}};
     } catch (const std::exception& e) {
       verdict = {{"error", e.what()}};  // every rank fails alike, none waits for a verdict
     }
@@ -225,17 +235,20 @@ bool Manager::Impl::committed_and_layout_agreed(std::uint64_t step) {
     throw Error(fmt::format("rank 0 could not tell whether step {} is committed: {}", step, verdict.at("error").get<std::string>()),
                 "checkpoint");
   const bool committed = verdict.at("committed").get<bool>(), changed = verdict.at("changed").get<bool>();
-  if (committed || !changed) return committed;
+  tier_everywhere = verdict.at("tier").get<bool>();
+  if (opts.memory_tier.enabled && !tier_everywhere && tier.dir)
+    tier_off_requested = "the memory tier is not enabled on every rank";
+  if ((committed && to_disk) || !changed) return committed;  // nothing is written, or nothing changed
   layout = layout::combine(session.allgather(layout::mine(entries)), "save");  // UsageError on every rank alike
   layout_checked_at = registrations;
   return false;
 }
 
 void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point t0, const Metadata& metadata,
-                            const std::shared_ptr<std::promise<SaveResult>>& promise) {
+                            const std::shared_ptr<std::promise<SaveResult>>& promise, bool to_disk) {
   const unsigned rank = session.rank();
   try {
-    if (committed_and_layout_agreed(step)) {
+    if (committed_and_layout_agreed(step, to_disk) && to_disk) {
       log(fmt::format("checkpoint: step {} is already committed; left as it is (a committed step is never rewritten)", step));
       SaveResult r;
       r.step = step;
@@ -248,24 +261,57 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     promise->set_exception(std::current_exception());
     return;
   }
+  std::unique_ptr<format::ShardWriter> w;
+  json fingerprints;
+  std::string prepare_error;
+  std::exception_ptr prepare_failure;
+  try {
+    w = prepare_shard(step, fingerprints);
+  } catch (const std::exception& e) {
+    prepare_error = e.what();
+    prepare_failure = std::current_exception();
+  }
+  TierOutcome memory;
+  if (tier_everywhere) memory = persist_memory(step, w.get(), prepare_error, fingerprints, metadata);
+  if (tier_everywhere && rank == 0)
+    log(fmt::format("memory tier: step {} {} ({:.3f} s){}", step,
+                    memory.committed ? (memory.buddies ? "in memory on every node, with buddy copies" : "in memory on every node")
+                                     : "not in memory: " + memory.error,
+                    memory.seconds, to_disk ? "" : ", snapshot"));
+  if (!to_disk) {
+    if (!memory.committed) {
+      promise->set_exception(std::make_exception_ptr(CheckpointError(
+          fmt::format("step {} not in the memory tier: {}", step, tier_everywhere ? memory.error : "it is not enabled on every rank"),
+          "checkpoint snapshot")));
+      return;
+    }
+    SaveResult r;
+    r.step = step;
+    r.stall_seconds = stall;
+    r.shard_bytes = w ? w->file_bytes() : 0;
+    r.in_memory = true;
+    r.buddy_protected = memory.buddies;
+    r.memory_seconds = memory.seconds;
+    promise->set_value(r);
+    return;
+  }
   const std::string dir_name = step_dir_name(step);
   SaveResult result;
   json status;
   std::optional<Dir> dir;
   try {
+    if (!w) std::rethrow_exception(prepare_failure);  // its own type: a UsageError stays one
     if (std::string why = write_refusal(); !why.empty()) throw CheckpointError(why, "checkpoint");
     dir = root.sub_or_create(dir_name);
     if (dir->stat().st_uid != ::geteuid())
       throw CheckpointError(fmt::format("{} is owned by uid {}, not by this process: refusing to write into it",
                                         dir->path(), dir->stat().st_uid),
                             "checkpoint");
-    std::string header_xxh3;
-    json fingerprints;
-    result = write_shard(step, *dir, header_xxh3, fingerprints);
+    result = write_shard(step, *dir, *w);
     status = {{"ok", true},
               {"rank", rank},
               {"bytes", result.shard_bytes},
-              {"header_xxh3", header_xxh3},
+              {"header_xxh3", w->header_xxh3()},
               {"fingerprints", fingerprints}};
   } catch (const std::exception& e) {
     status = {{"ok", false}, {"rank", rank}, {"error", e.what()}};
@@ -307,6 +353,9 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
     result.step = step;
     result.stall_seconds = stall;
     result.persist_seconds = std::chrono::duration<double>(Clock::now() - t0).count() - stall;
+    result.in_memory = memory.committed;
+    result.buddy_protected = memory.buddies;
+    result.memory_seconds = memory.seconds;
     log(fmt::format("checkpoint: step {} committed ({} bytes on rank {}, stall {:.3f} s, persist {:.3f} s)", step,
                     result.shard_bytes, rank, stall, result.persist_seconds));
     promise->set_value(result);

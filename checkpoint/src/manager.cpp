@@ -25,11 +25,14 @@ void check_name(const std::string& name, const std::vector<Entry>& entries) {
 
 }  // namespace
 
+Manager::Impl::Impl(bootstrap::Session& s, Options o) : session(s), opts(std::move(o)) {}
+
 Manager::Manager(bootstrap::Session& session, Options options)
     : impl_(std::make_unique<Impl>(session, std::move(options))) {
   if (impl_->opts.directory.empty()) throw UsageError("no checkpoint directory given", "checkpoint");
   // Opened once, without following a symlink; every later access goes through this descriptor.
   impl_->root = Dir::open_or_create(impl_->opts.directory);
+  impl_->open_tier();
   if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"))
     impl_->log(fmt::format("checkpoint: SLURM_RESTART_COUNT={} (rank {})", restarts, session.rank()));
 }
@@ -105,42 +108,55 @@ void Manager::register_blob(const std::string& name, std::vector<std::uint8_t>* 
 }
 
 std::shared_future<SaveResult> Manager::save(std::uint64_t step, Metadata metadata) {
+  return impl_->start_save(step, std::move(metadata), true);
+}
+
+std::shared_future<SaveResult> Manager::snapshot(std::uint64_t step, Metadata metadata) {
+  if (!impl_->opts.memory_tier.enabled)
+    throw UsageError("snapshot() keeps state in the memory tier, which is not enabled (Options::memory_tier)", "checkpoint");
+  return impl_->start_save(step, std::move(metadata), false);
+}
+
+std::shared_future<SaveResult> Manager::Impl::start_save(std::uint64_t step, Metadata metadata, bool to_disk) {
   const auto t0 = Clock::now();
   // Refused here, before anything is staged: what readers would refuse must not be written.
   if (step > format::kMaxStep)
     throw UsageError(fmt::format("step {} is above the largest step {}", step, format::kMaxStep), "checkpoint");
   if (std::string why = format::check_metadata(metadata); !why.empty()) throw UsageError(why, "checkpoint");
-  for (const auto& e : impl_->entries)
+  for (const auto& e : entries)
     if (e.blob && e.blob->size() > format::kMaxBlobBytes)
       throw UsageError(fmt::format("blob '{}' is {} bytes, more than the {}-byte limit", e.name, e.blob->size(),
                                    format::kMaxBlobBytes),
                        "checkpoint");
-  impl_->join();  // one save in flight at a time; waiting for it counts as stall
+  join();  // one save in flight at a time; waiting for it counts as stall
+  prepare_tier_staging();  // renames and, once, maps: the copy below then lands in the tier file
   // The stall: copy registered state into the reused staging buffers.
-  impl_->blob_staging.clear();
-  for (const auto& e : impl_->entries) {
+  blob_staging.clear();
+  for (const auto& e : entries) {
     if (e.pinned) {
       copy_device_to_host(e.pinned, e.data, e.bytes, e.stream);
     } else if (!e.blob) {
       // The bucket-pack kernel's CPU twin: staging is one flat bucket of every registered buffer.
       kernels::ConstTensorRef ref{e.data, e.bytes / size_of(e.dtype)};
-      kernels::cpu::pack(&ref, 1, e.dtype, impl_->staging.data() + e.staging_offset);
+      kernels::cpu::pack(&ref, 1, e.dtype, staging.data() + e.staging_offset);
     } else {
-      impl_->blob_staging.push_back(*e.blob);
+      blob_staging.push_back(*e.blob);
     }
   }
   const double stall = std::chrono::duration<double>(Clock::now() - t0).count();
   auto promise = std::make_shared<std::promise<SaveResult>>();
-  impl_->last = promise->get_future().share();
-  impl_->writer = std::thread([this, step, stall, promise, t0, metadata = std::move(metadata)] {
-    impl_->persist(step, stall, t0, metadata, promise);
+  last = promise->get_future().share();
+  writer = std::thread([this, step, stall, promise, t0, to_disk, metadata = std::move(metadata)] {
+    persist(step, stall, t0, metadata, promise, to_disk);
   });
-  return impl_->last;
+  return last;
 }
 
 const std::string& Manager::directory() const { return impl_->opts.directory; }
 bootstrap::Session& Manager::session() const { return impl_->session; }
 void Manager::wait_idle() { impl_->join(); }
 const Metadata& Manager::restored_metadata() const { return impl_->restored_metadata; }
+const RestoreReport& Manager::last_restore() const { return impl_->report; }
+const std::string& Manager::memory_tier_off() const { return impl_->tier.off; }
 
 }  // namespace trainrt::checkpoint

@@ -136,6 +136,16 @@ void Reshard::plan(const format::Manifest& saved, const std::vector<format::Tens
   for (const auto& q : queue_) rounds_ = std::max(rounds_, q.size());
 }
 
+std::vector<unsigned> Reshard::sources(unsigned new_rank) const {
+  std::vector<unsigned> out;
+  for (const auto& t : tensors_)
+    for (const auto& c : t.chunks)
+      if (c.reader == new_rank) out.push_back(c.saved_rank);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::string Reshard::open(const Dir& step_dir) {
   readers_.resize(saved_->world_size);
   for (auto& t : tensors_) {

@@ -39,6 +39,9 @@ class Reshard {
   // part after a bad read. "" or this rank's first problem; the caller agrees on them.
   std::string run(Communicator& comm, const std::function<std::byte*(std::size_t)>& dest);
   std::uint64_t bytes_read() const { return bytes_read_; }
+  // The saved ranks whose shards new rank `new_rank` reads (ascending): a memory-tier restore
+  // brings those to its node first.
+  std::vector<unsigned> sources(unsigned new_rank) const;
   std::size_t rounds() const { return rounds_; }
 
  private:

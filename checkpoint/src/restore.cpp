@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <map>
+#include <set>
 
 #include "fingerprint.hpp"
 #include "layout.hpp"
@@ -37,9 +38,28 @@ bool same_layout(const format::Manifest& m, const std::vector<format::TensorReco
 
 }  // namespace
 
-std::string Manager::Impl::check(std::uint64_t step, Candidate& c, const std::vector<format::TensorRecord>& wanted) {
+std::vector<std::vector<unsigned>> Manager::Impl::shards_needed(const format::Manifest& manifest,
+                                                                 const std::vector<format::TensorRecord>& wanted) {
+  const unsigned world = session.size();
+  const bool resize = manifest.world_size != world;
+  const bool reshard = manifest.format >= 2 && !wanted.empty() && !same_layout(manifest, wanted, world);
+  const bool own_shard = std::any_of(entries.begin(), entries.end(), [&](const Entry& e) { return !(e.shard && reshard); });
+  std::vector<std::vector<unsigned>> out(world);
+  std::unique_ptr<Reshard> plan;
+  if (reshard) plan = std::make_unique<Reshard>(manifest, wanted, 0, world, opts.transfer_bytes);
+  for (unsigned r = 0; r < world; ++r) {
+    if (plan && plan->problem().empty()) out[r] = plan->sources(r);
+    const unsigned source = resize ? 0 : r;  // as check() reads it
+    if (own_shard && source < manifest.world_size && std::find(out[r].begin(), out[r].end(), source) == out[r].end())
+      out[r].insert(std::lower_bound(out[r].begin(), out[r].end(), source), source);
+  }
+  return out;
+}
+
+std::string Manager::Impl::check(const Dir& base, std::uint64_t step, Candidate& c,
+                                 const std::vector<format::TensorRecord>& wanted) {
   std::string why;
-  auto dir = root.sub(format::step_dir_name(step), &why);
+  auto dir = base.sub(format::step_dir_name(step), &why);
   if (!dir) return why;
   format::Manifest& manifest = c.manifest;
   if (why = format::read_manifest(*dir, step, manifest); !why.empty()) return why;
@@ -189,23 +209,65 @@ bool Manager::Impl::loads_in_place() const {
 }
 
 std::int64_t Manager::Impl::restore() {
+  const auto t0 = Clock::now();
   join();
+  ensure_tier();
+  report = RestoreReport{};
+  // A restore may read into staging (verify_before_load): never through the mapping of a tier
+  // file, which holds a copy restore may still need. Mapped again at the end.
+  staging.unmap();
   // The sharded layout this job registered, the same on every rank; a UsageError on every rank
   // when its chunks do not tile their tensors (nothing is read then).
   const std::vector<format::TensorRecord> wanted = layout::combine(session.allgather(layout::mine(entries)), "restore");
-  // Rank 0's view of the directory decides the candidates, so all ranks walk the same list.
-  json steps = json::array();
+  // One exchange: rank 0's view of the directory decides its candidates, so all ranks walk the
+  // same list; every rank's view of its node's memory tier.
+  json mine = {{"rank", session.rank()}, {"tier", tier_listing()}};
   if (session.rank() == 0) {
+    mine["disk"] = json::array();
     try {
-      for (auto s : format::list_steps(root)) steps.push_back(s);
+      for (auto s : format::list_steps(root)) mine["disk"].push_back(s);
     } catch (const std::exception& e) {
       log(fmt::format("checkpoint: cannot list {}: {}", root.path(), e.what()));
     }
   }
-  steps = from_blob(session.broadcast(to_blob(steps), 0));
+  const auto gathered = session.allgather(to_blob(mine));
+  std::set<std::uint64_t> disk;
+  const json first = from_blob(gathered[0]);  // kept: a range-for over a temporary's member would dangle
+  for (const auto& s : first.at("disk")) disk.insert(s.get<std::uint64_t>());
+  Holdings held = parse_holdings(gathered);
+  if (session.rank() == 0)
+    for (const auto& note : held.notes) log("memory tier: " + note);
+  std::set<std::uint64_t, std::greater<>> steps(disk.begin(), disk.end());
+  for (const auto& [step, nodes] : held.steps) steps.insert(step);
   std::string overwritten_by;  // a step that failed after it was read into the registered buffers
-  for (const auto& s : steps) {
-    const std::uint64_t step = s.get<std::uint64_t>();
+  auto done = [&](std::uint64_t step, Candidate& c, const char* source) {
+    finish(c);
+    report.step = static_cast<std::int64_t>(step);
+    report.source = source;
+    report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s{})", step,
+                    report.source == "memory" ? "the memory tier" : "the checkpoint directory", session.rank(), report.seconds,
+                    report.source == "memory"
+                        ? fmt::format(": this rank read {} shard(s) from its node, {} copied from another node; the "
+                                      "job copied {} shard(s), {} bytes, between nodes",
+                                      report.local_copies, report.moved_copies, report.job_moved_copies,
+                                      report.job_moved_bytes)
+                        : ""));
+    after_restore(report.source == "memory" ? std::optional<std::uint64_t>(step) : std::nullopt);
+    return static_cast<std::int64_t>(step);
+  };
+  for (const std::uint64_t step : steps) {
+    if (held.steps.count(step)) {
+      Candidate c;
+      bool touched = false;
+      std::string why = restore_from_memory(step, held, c, wanted, touched);
+      if (why.empty()) return done(step, c, "memory");
+      if (touched && loads_in_place()) overwritten_by = fmt::format("step {} from memory ({})", step, why);
+      const std::string next = disk.count(step) ? "the checkpoint directory's copy of it" : "an older step";
+      report.fallbacks.push_back(fmt::format("memory tier step {}: {}; trying {}", step, why, next));
+      log(fmt::format("checkpoint: skipped step {} in the memory tier: {}; trying {}", step, why, next));
+    }
+    if (!disk.count(step)) continue;
     auto attempt = [&](auto&& phase) {
       std::string why;
       try {
@@ -216,7 +278,7 @@ std::int64_t Manager::Impl::restore() {
       return agree(why);
     };
     Candidate c;
-    std::string reasons = attempt([&] { return check(step, c, wanted); });
+    std::string reasons = attempt([&] { return check(root, step, c, wanted); });
     if (reasons.empty()) {
       reasons = attempt([&] { return load(c, wanted); });
       // The content, whatever the layout: never train on state that does not match what was saved.
@@ -224,13 +286,14 @@ std::int64_t Manager::Impl::restore() {
       if (!reasons.empty() && loads_in_place()) overwritten_by = fmt::format("step {} ({})", step, reasons);
     }
     if (!reasons.empty()) {
+      report.fallbacks.push_back(fmt::format("checkpoint directory step {}: {}", step, reasons));
       log(fmt::format("checkpoint: skipped step {}: {}", step, reasons));
       continue;
     }
-    finish(c);
-    log(fmt::format("checkpoint: restored step {} (rank {})", step, session.rank()));
-    return static_cast<std::int64_t>(step);
+    return done(step, c, "disk");
   }
+  report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  after_restore(std::nullopt);
   if (!overwritten_by.empty())
     throw CheckpointError(fmt::format("no usable checkpoint, and the registered buffers hold part of {}: initialize "
                                       "them again before training from scratch (Options::verify_before_load keeps them "

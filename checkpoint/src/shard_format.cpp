@@ -68,9 +68,10 @@ void ShardWriter::append(const std::string& name, bool blob, DType dtype, const 
   add(name, blob, dtype, shape, replicated, data, offset, bytes, sharded);
 }
 
-const std::vector<Piece>& ShardWriter::finish() {
+std::string ShardWriter::header_text(const std::vector<ShardEntry>& entries, std::uint64_t step, unsigned rank,
+                                     unsigned world_size) {
   json list = json::array();
-  for (const auto& e : written_) {
+  for (const auto& e : entries) {
     list.push_back({{"name", e.name},           {"kind", e.kind},   {"dtype", e.dtype},
                     {"shape", e.shape},         {"offset", e.offset}, {"bytes", e.bytes},
                     {"checksum", e.checksum},   {"replicated", e.replicated}});
@@ -79,8 +80,30 @@ const std::vector<Piece>& ShardWriter::finish() {
       list.back()["offsets"] = e.sharded->offsets;
     }
   }
-  json header = {{"format", kVersion}, {"step", step_}, {"rank", rank_}, {"world_size", world_size_}, {"entries", list}};
-  const std::string text = detail::dump_safe(header);
+  json header = {{"format", kVersion}, {"step", step}, {"rank", rank}, {"world_size", world_size}, {"entries", list}};
+  return detail::dump_safe(header);
+}
+
+std::size_t ShardWriter::header_bound(std::vector<ShardEntry> entries) {
+  // Numbers printed with the most digits they can have: the real header is never longer.
+  for (auto& e : entries) {
+    e.offset = e.bytes = UINT64_MAX;
+    e.checksum.assign(16, '0');
+  }
+  const std::string text = header_text(entries, kMaxStep, kMaxWorldSize, kMaxWorldSize);
+  return static_cast<std::size_t>(align_up(16 + text.size(), kDataAlign));
+}
+
+const std::vector<Piece>& ShardWriter::finish(std::size_t head_bytes) {
+  std::string text = header_text(written_, step_, rank_, world_size_);
+  // A fixed header size (the memory tier's mapped file reserves it before the data) is reached
+  // with trailing spaces inside the JSON text: readers parse it as before, and header_xxh3 pins it.
+  if (head_bytes > 0) {
+    if (head_bytes % kDataAlign != 0 || 16 + text.size() > head_bytes)
+      throw Error(fmt::format("the shard header needs {} bytes, more than the {} reserved for it", 16 + text.size(), head_bytes),
+                  "checkpoint");
+    text.append(head_bytes - 16 - text.size(), ' ');
+  }
   if (text.size() > kMaxHeaderBytes)
     throw UsageError(fmt::format("the shard header would be {} bytes, more than the {}-byte limit readers accept (too "
                                  "many registered entries or too long names)",

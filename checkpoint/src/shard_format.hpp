@@ -143,14 +143,25 @@ class ShardWriter {
   // An entry written after the region (and after earlier appended entries).
   void append(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
               const void* data, std::size_t bytes, const std::optional<Sharded>& sharded = {});
-  // The pieces of the file in order (valid while this writer and the data live).
-  const std::vector<Piece>& finish();
+  // The pieces of the file in order (valid while this writer and the data live). `head_bytes`, when
+  // not 0, is the exact size of the header page(s) (a multiple of kDataAlign, at least
+  // header_bound() of these entries); an Error when the header does not fit.
+  const std::vector<Piece>& finish(std::size_t head_bytes = 0);
+  // The header bytes (whole pages) any shard of these entries needs, whatever its step, offsets,
+  // sizes and checksums: name, kind, dtype, shape, replicated and sharded are what count.
+  static std::size_t header_bound(std::vector<ShardEntry> entries);
+  const std::vector<std::uint8_t>& head() const { return head_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // Where the appended entries go (after the region), for writing them into an existing file.
+  const std::vector<Piece>& tail() const { return tail_; }
   const std::string& header_xxh3() const { return header_xxh3_; }
   std::uint64_t file_bytes() const { return file_bytes_; }
 
  private:
   void add(const std::string& name, bool blob, DType dtype, const std::vector<std::int64_t>& shape, bool replicated,
            const void* data, std::size_t offset, std::size_t bytes, const std::optional<Sharded>& sharded);
+  static std::string header_text(const std::vector<ShardEntry>& entries, std::uint64_t step, unsigned rank,
+                                 unsigned world_size);
   std::uint64_t step_;
   unsigned rank_, world_size_;
   const void* region_;

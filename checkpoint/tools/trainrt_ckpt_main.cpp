@@ -4,6 +4,9 @@
 //                                          sharded tensor's fingerprint
 //   trainrt-ckpt export DIR --tensor NAME [--step N] -o FILE.npy
 //                                          one sharded tensor as a NumPy array, verified
+//   trainrt-ckpt tier-clean --job ID | --finished [--keep ID] [--base DIR]
+//                                          remove this user's memory tiers on this node: one job's,
+//                                          or those of jobs Slurm says are over
 // Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input
 // (and any error at all: every exception ends in one line on stderr and exit 2; so does a step the
 // answer depends on that this user may not read: a permission error is never "absent").
@@ -17,9 +20,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "trainrt/access_error.hpp"
 #include "trainrt/checkpoint/inspect.hpp"
+#include "trainrt/checkpoint/memory_tier.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/printable.hpp"
 
@@ -89,6 +96,40 @@ void print_table(const std::vector<StepReport>& reports, std::optional<std::uint
   }
 }
 
+// Whether Slurm says job `id` is over: `scontrol show job -o ID` reports a final state, or no
+// longer knows the job. Anything else (running, pending, requeued, a controller that does not
+// answer, an id that is not Slurm's) is not proof, and the tier stays.
+bool slurm_job_finished(const std::string& id) {
+  if (id.empty() || id.size() > 32 || id.find_first_not_of("0123456789_") != std::string::npos) return false;
+  int out[2];
+  if (::pipe(out) != 0) return false;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 2);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  std::string a0 = "scontrol", a1 = "show", a2 = "job", a3 = "-o", a4 = id;
+  char* args[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawnp(&pid, "scontrol", &actions, nullptr, args, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while (rc == 0 && (n = ::read(out[0], buf, sizeof buf)) > 0 && text.size() < (64u << 10)) text.append(buf, static_cast<std::size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  if (rc != 0 || ::waitpid(pid, &status, 0) != pid) return false;
+  if (text.find("Invalid job id specified") != std::string::npos) return true;  // purged: long over
+  static const char* const kOver[] = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                                      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"};
+  const auto at = text.find("JobState=");
+  if (at == std::string::npos) return false;
+  const std::string state = text.substr(at + 9, text.find(' ', at) - at - 9);
+  return std::find(std::begin(kOver), std::end(kOver), state) != std::end(kOver);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +161,17 @@ int main(int argc, char** argv) {
   exporter->add_option("--tensor", tensor, "the sharded tensor's name (trainrt-ckpt list shows them)")->required();
   exporter->add_option("--step", step, "this step (default: the newest committed step that holds the tensor)");
   exporter->add_option("-o,--output", output, "the .npy file to create")->required();
+  std::string base = "/dev/shm", job, keep;
+  bool finished = false;
+  auto* tier_clean = app.add_subcommand(
+      "tier-clean",
+      "remove this user's memory tiers (docs/checkpoint.md \"Memory tier\") on this node: --job ID's, or with\n"
+      "--finished those of every job `scontrol show job` says is over; never another user's, never one a\n"
+      "running process holds");
+  tier_clean->add_option("--base", base, "the tmpfs the tiers live in (default /dev/shm)");
+  auto* job_opt = tier_clean->add_option("--job", job, "remove this job's tier");
+  tier_clean->add_flag("--finished", finished, "remove the tiers of jobs Slurm says are over")->excludes(job_opt);
+  tier_clean->add_option("--keep", keep, "with --finished: never this job's (the running one)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -129,6 +181,12 @@ int main(int argc, char** argv) {
     return kBadInput;
   }
   try {
+    if (tier_clean->parsed()) {
+      if (job.empty() && !finished) throw trainrt::UsageError("give --job ID or --finished", "tier-clean");
+      const auto lines = finished ? remove_finished_memory_tiers(base, keep, slurm_job_finished) : remove_memory_tier(base, job);
+      for (const auto& l : lines) fmt::print("{}\n", printable(l));
+      return 0;
+    }
     if (exporter->parsed()) {
       const auto used = export_tensor(dir, tensor, step, output, [](const std::string& m) {
         fmt::print(stderr, "trainrt-ckpt: {}\n", printable(m));

@@ -160,10 +160,9 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   // A rank that arrived but was named is the culprit only when nobody else is: it came late, after
   // the others had given up. Then a timeout's name counts, an abort's ("because rank 0 failed",
   // from the late rank itself) only when there is no other.
-  const bool any_timeout_name = std::any_of(named_arrived.begin(), named_arrived.end(), [](auto& n) { return !n.first; });
   if (v.never_arrived.empty())
     for (auto& [abort, who] : named_arrived)
-      if ((!abort || !any_timeout_name) && never.insert(who.rank).second) v.never_arrived.push_back(std::move(who));
+      if (!abort && never.insert(who.rank).second) v.never_arrived.push_back(std::move(who));
   // Ranks whose metrics stop two or more steps before the others' never reached the collectives
   // in between (one step apart is a normal kill between the allreduce and the metrics line).
   std::uint64_t newest = 0;
@@ -185,6 +184,11 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
         v.never_arrived.push_back({static_cast<unsigned>(r), node_of(static_cast<unsigned>(r)),
                                    "presumed: no flight recorder while the others waited"});
   }
+  // An abort's name of a rank that arrived counts last: below ranks that left no flight recorder
+  // while the others waited (a node's processes killed: the rank named lost its peer there).
+  if (v.never_arrived.empty())
+    for (auto& [abort, who] : named_arrived)
+      if (abort && never.insert(who.rank).second) v.never_arrived.push_back(std::move(who));
   if (v.waited.empty() && v.never_arrived.empty()) return;
   // A peer that died is a failure, not a hang: the waits ended at once instead of timing out.
   const bool timed_out = v.waited.empty() || any_timeout;

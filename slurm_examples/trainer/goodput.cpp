@@ -30,6 +30,7 @@ GoodputSummary summarize_goodput(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error("cannot read metrics", path);
   std::vector<Run> runs;
+  GoodputSummary s;
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
@@ -50,9 +51,21 @@ GoodputSummary summarize_goodput(const std::string& path) {
       runs.back().last = j.at("wall").get<double>();
     } else if (!runs.empty() && ev == "end") {
       runs.back().last = j.at("wall").get<double>();
+    } else if (ev == "recovery") {
+      const auto& p = j.at("phases");
+      ++s.recoveries;
+      s.recovery_s += j.value("total_s", 0.0);
+      s.detection_s += p.value("detection_s", 0.0);
+      s.verdict_s += p.value("verdict_s", 0.0);
+      s.launch_s += p.value("launch_s", 0.0);
+      s.bootstrap_s += p.value("bootstrap_s", 0.0);
+      s.restore_s += p.value("restore_s", 0.0);
+      s.first_step_s += p.value("first_step_s", 0.0);
+      const std::string source = j.value("restore_source", "");
+      s.from_memory += source == "memory";
+      s.from_disk += source == "disk";
     }
   }
-  GoodputSummary s;
   if (runs.empty()) throw Error("no run recorded", path);
   s.runs = static_cast<unsigned>(runs.size());
   s.wall_s = runs.back().last - runs.front().start;
@@ -102,10 +115,23 @@ GoodputSummary summarize_goodput(const std::string& path) {
       "          other      {:8.3f} s (metrics, logging, exit)\n",
       100 * g, s.wall_s, s.runs, s.productive_s, s.startup_s, s.ckpt_stall_s, s.lost_s, s.steps_lost, s.restart_gap_s,
       s.other_s);
+  // The recovery lines split the same time by phase (fault to first step after it), as the
+  // batch script and the trainer measured it; they overlap the badput lines above, not add to them.
+  if (s.recoveries > 0)
+    s.text += fmt::format(
+        "  recoveries {}: {:.3f} s from fault to first step ({} from memory, {} from disk)\n"
+        "          detection {:.3f} s, verdict {:.3f} s, launch {:.3f} s, bootstrap {:.3f} s, restore {:.3f} s, "
+        "first step {:.3f} s\n",
+        s.recoveries, s.recovery_s, s.from_memory, s.from_disk, s.detection_s, s.verdict_s, s.launch_s, s.bootstrap_s,
+        s.restore_s, s.first_step_s);
   s.json = nlohmann::json{{"goodput", g}, {"wall_s", s.wall_s}, {"productive_s", s.productive_s},
                           {"badput", {{"startup_s", s.startup_s}, {"ckpt_stall_s", s.ckpt_stall_s}, {"lost_work_s", s.lost_s},
                                       {"restarts_s", s.restart_gap_s}, {"other_s", s.other_s}}},
-                          {"runs", s.runs}, {"steps_lost", s.steps_lost}}
+                          {"runs", s.runs}, {"steps_lost", s.steps_lost},
+                          {"recovery", {{"count", s.recoveries}, {"total_s", s.recovery_s}, {"detection_s", s.detection_s},
+                                        {"verdict_s", s.verdict_s}, {"launch_s", s.launch_s}, {"bootstrap_s", s.bootstrap_s},
+                                        {"restore_s", s.restore_s}, {"first_step_s", s.first_step_s},
+                                        {"from_memory", s.from_memory}, {"from_disk", s.from_disk}}}}
                .dump(2);
   return s;
 }

@@ -37,6 +37,15 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_option("--seed", o.seed, "data and initialisation seed (default 1)");
   auto* ckpt = app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (required)");
   app.add_option("--ckpt-every", o.ckpt_every, "checkpoint every K steps (default 20; 0: never)");
+  app.add_flag("--memory-tier", o.memory_tier,
+               "keep every checkpoint in a tmpfs on each node and a buddy copy on another node too; a restart "
+               "restores from memory when it can (docs/recovery.md)");
+  app.add_option("--memory-tier-dir", o.memory_tier_dir, "the tmpfs for --memory-tier (default /dev/shm)");
+  app.add_option("--snapshot-every", o.snapshot_every,
+                 "with --memory-tier: a memory-only checkpoint every K steps between the directory's (default 0: none)");
+  app.add_option("--ballast-mib", o.ballast_mib,
+                 "N MiB of extra state in total, split over the ranks and checkpointed with the model: gigabytes to "
+                 "save and restore without slower steps (recovery benchmarks; default 0)");
   app.add_option("--out", o.out_dir, "metrics, trace, flight recorder and summary go here (default .)");
   app.add_option("--lr", o.lr, "AdamW learning rate (default 3e-3)");
   app.add_option("--hidden", o.hidden, "hidden units (default 64; larger makes each step longer)")->check(CLI::Range(1, 1 << 20));
@@ -69,6 +78,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
     app.parse(argc, argv);
     if (!o.check_device && ckpt->count() == 0) throw CLI::RequiredError("--ckpt-dir");
     if (!fault_text.empty()) o.fault = parse_fault(fault_text);
+    if (o.snapshot_every > 0 && !o.memory_tier) throw CLI::ValidationError("--snapshot-every", "needs --memory-tier");
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

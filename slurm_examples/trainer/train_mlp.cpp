@@ -14,17 +14,23 @@
 #include <signal.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "ballast.hpp"
 #include "goodput.hpp"
 #include "mlp.hpp"
 #include "monitor.hpp"
 #include "options.hpp"
+#include "recovery.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cuda.hpp"
@@ -94,15 +100,51 @@ struct Reporting {
         trace(fmt::format("{}/trace_rank{}.json", o.out_dir, rank), rank) {}
 };
 
+// Start-up (the ballast's memory, mapping the memory tier, restore() and its copies between nodes)
+// takes seconds per GiB of state, longer than a tight --watchdog: it is no hang. While it runs the
+// progress watchdog hears from this thread, for at most 10 minutes; a start-up stuck longer is the
+// watchdog's again (restore's own collectives time out well before that).
+class StartupBeat {
+ public:
+  explicit StartupBeat(Watchdog& w)
+      : thread_([this, &w] {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+          std::unique_lock<std::mutex> lock(m_);
+          while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; }) &&
+                 std::chrono::steady_clock::now() < until)
+            w.heartbeat();
+        }) {}
+  StartupBeat(const StartupBeat&) = delete;
+  StartupBeat& operator=(const StartupBeat&) = delete;
+  ~StartupBeat() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 // State registration: the engine's tensors plus the step counter, then the newest checkpoint every
 // rank can verify (if any). Returns the last completed step (0 for a fresh start).
-std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob) {
+std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob,
+                                   Ballast& ballast, std::uint64_t seed) {
   engine.register_state(ckpt);
+  ballast.register_state(ckpt);
   ckpt.register_blob("step", &step_blob, checkpoint::Sharding::Replicated);
   std::uint64_t done = 0;
   if (ckpt.restore() >= 0) {
     std::memcpy(&done, step_blob.data(), 8);
     engine.state_restored();
+  } else {
+    ballast.fill(seed);
   }
   return done;
 }
@@ -115,6 +157,8 @@ class Trainer {
   std::vector<std::uint8_t> step_blob = std::vector<std::uint8_t>(8, 0);
   std::uint64_t done = 0;
   float loss = 0;
+  std::function<void()> after_first_step;  // once, after this run's first completed step
+  Ballast* ballast = nullptr;
 
   void loop(const Shapes& shapes) {
     for (std::uint64_t step = done + 1; step <= o_.steps; ++step) {
@@ -129,22 +173,29 @@ class Trainer {
       average(step, local_loss, shapes.parameter_count() * 4);
       const double comm_s = rep_.trace.now() - t_comm;
       engine_.optimizer_step(o_.lr, step);
+      if (ballast) ballast->step(step);
       done = step;
       const double step_s = rep_.trace.now() - t0;
       rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
       rep_.trace.event("allreduce", "comm", t_comm, comm_s);
       const auto [stall, persist] = checkpoint_if_due(step);
       report_step(step, shapes, step_s, comm_s, stall, persist);
+      if (after_first_step) std::exchange(after_first_step, nullptr)();
       monitor_.after_step(step, step_s - comm_s);
     }
   }
 
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
   void finish() {
-    if (pending_.valid()) pending_.get();
+    if (pending_.valid()) {
+      wait_for_persist(pending_);
+      finish_pending();
+    }
     if (o_.ckpt_every > 0 && done % o_.ckpt_every != 0) {
       std::memcpy(step_blob.data(), &done, 8);
-      ckpt_.save(done).get();
+      auto last = ckpt_.save(done);
+      wait_for_persist(last);
+      last.get();
     }
     ckpt_.wait_idle();  // old steps removed before the summary is printed
     monitor_.finish(done);
@@ -153,12 +204,19 @@ class Trainer {
 
  private:
   // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
+  // The same exchange says whether any rank's previous checkpoint is still persisting: a snapshot
+  // due then is skipped by every rank alike (a snapshot must not stall training, nor leave the
+  // loop waiting on a background agreement that a dead peer never joins).
   void stop_if_any_rank_was_signalled() {
-    std::int32_t stop_here = should_stop() ? 1 : 0, stop_any = 0;
-    rt_.host->allreduce(&stop_here, &stop_any, 1, DType::I32, ReduceOp::Max);
+    const std::int32_t mine[2] = {should_stop() ? 1 : 0,
+                                  pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready};
+    std::int32_t any[2] = {0, 0};
+    rt_.host->allreduce(mine, any, 2, DType::I32, ReduceOp::Max);
+    checkpoint_busy_ = any[1] != 0;
+    const std::int32_t stop_any = any[0];
     if (!stop_any) return;
     if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
-    if (pending_.valid()) pending_.get();
+    finish_pending();
     std::memcpy(step_blob.data(), &done, 8);
     save_and_exit(ckpt_, done);
   }
@@ -206,18 +264,26 @@ class Trainer {
   // Returns (stall seconds, persist seconds of a save that finished meanwhile, -1 if none).
   std::pair<double, double> checkpoint_if_due(std::uint64_t step) {
     double stall = 0, persist = -1;
-    if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      persist = pending_.get().persist_seconds;
-      pending_ = {};
+    if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) persist = finish_pending();
+    const bool to_disk = o_.ckpt_every > 0 && step % o_.ckpt_every == 0;
+    bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
+    if (to_memory && checkpoint_busy_) {
+      if (rank_ == 0) fmt::print("train-mlp: snapshot {} skipped: the previous checkpoint is still persisting\n", step);
+      to_memory = false;
     }
-    if (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) {
+    if (to_disk || to_memory) {
       std::memcpy(step_blob.data(), &done, 8);
       // Waiting here for the previous save to persist stalls training too: it counts in the stall,
       // as Manager::save() counts its own wait for a save still in flight.
       const double ts = rep_.trace.now();
-      if (pending_.valid()) persist = pending_.get().persist_seconds;
-      pending_ = ckpt_.save(step, {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
-                                   {"device", engine_.describe()}});
+      if (pending_.valid()) {
+        wait_for_persist(pending_);
+        persist = finish_pending();
+      }
+      checkpoint::Metadata meta{{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
+                                {"device", engine_.describe()}};
+      pending_ = to_disk ? ckpt_.save(step, std::move(meta)) : ckpt_.snapshot(step, std::move(meta));
+      pending_snapshot_ = to_memory;
       stall = rep_.trace.now() - ts;
       rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
     }
@@ -246,6 +312,32 @@ class Trainer {
   unsigned rank_, world_;
   Batch batch_;
   std::shared_future<checkpoint::SaveResult> pending_;
+  bool pending_snapshot_ = false;  // pending_ is a memory-tier snapshot
+  bool checkpoint_busy_ = false;   // some rank's previous checkpoint was persisting at this step's start
+
+  // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
+  // tier is said and training goes on (older steps are where they were); a failed directory save
+  // ends the run as it always did.
+  // Waiting for a checkpoint to persist (a save due while the previous one persists, the last
+  // one after the last step) is no hang however long it takes at this state size (seconds per
+  // GiB, more than a tight --watchdog): the progress watchdog hears from this wait, for at most
+  // 10 minutes; a persist stuck longer is the watchdog's again.
+  void wait_for_persist(const std::shared_future<checkpoint::SaveResult>& f) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready && std::chrono::steady_clock::now() < until)
+      rep_.watchdog.heartbeat();
+  }
+
+  double finish_pending() {
+    auto f = std::exchange(pending_, {});
+    if (!pending_snapshot_) return f.get().persist_seconds;
+    try {
+      return f.get().memory_seconds;
+    } catch (const Error& e) {
+      if (rank_ == 0) fmt::print(stderr, "train-mlp: {}\n", e.what());
+      return -1;
+    }
+  }
 };
 
 void dump_params(const std::string& path, HostParams& params) {
@@ -261,31 +353,60 @@ int train(const Options& o) {
   std::filesystem::create_directories(o.out_dir);
   install_stop_signals();
   auto rt = trainrt::init(init_options(o));
+  RecoveryTimes times;
+  times.process_start = run_start;
+  times.init_done = epoch_now();
   const unsigned rank = rt->rank;
   if (rank == 0) fmt::print("train-mlp: {}\n", rt->describe());
   Shapes shapes;
   shapes.hidden = o.hidden;
   auto engine = make_engine(*rt, o, shapes);
   Reporting rep(o, rank);
+  std::optional<StartupBeat> starting(std::in_place, rep.watchdog);
 
   checkpoint::Options co;
   co.directory = o.ckpt_dir;
   co.keep_last = 2;
   co.host = rt->host.get();  // a restore at another world size moves sharded state through it
   co.log = [rank](const std::string& msg) {
-    if (rank == 0) fmt::print("{}\n", msg);
+    // Rank 0 speaks for the job (fallbacks are agreed, so it has them all); a rank whose memory
+    // tier is off says why itself.
+    if (rank == 0 || msg.find("memory tier: off") != std::string::npos)
+      fmt::print("{}\n", msg);
   };
+  co.memory_tier.enabled = o.memory_tier;
+  co.memory_tier.base = o.memory_tier_dir;
   checkpoint::Manager ckpt(*rt->session, co);
   Monitor monitor(o, *rt, rep.metrics, rep.metrics_path);
   monitor.share_nodes();
   Trainer trainer(o, *rt, *engine, ckpt, rep, monitor);
-  trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob);
+  Ballast ballast(o.ballast_mib, rank, rt->size);
+  trainer.ballast = &ballast;
+  trainer.done = register_and_restore(ckpt, *engine, trainer.step_blob, ballast, o.seed);
+  // Ranks leave start-up together, through the bootstrap session (its own long timeout): filling
+  // or restoring a GiB of state and mapping the memory tier take each rank a different few seconds,
+  // and a rank still at it is no hung peer for the first step's collectives (--watchdog 2 failed
+  // every start at 1 GiB per rank: "allreduce #3 timed out after 2000 ms").
+  rt->session->barrier();
+  times.restore_done = epoch_now();
+  starting.reset();
+  const auto& restored = ckpt.last_restore();
+  times.restored_step = restored.step;
+  times.source = restored.source;
+  times.moved_copies = restored.job_moved_copies;
+  for (const auto& f : restored.fallbacks) times.fallbacks += (times.fallbacks.empty() ? "" : "; ") + f;
+  // A step after a failure: the batch script's times and ours make one recovery line, after the
+  // first step (that is when the job is training again).
+  if (auto script = script_times_from_env(); script && rank == 0)
+    trainer.after_first_step = [&rep, script = *script, &times] {
+      rep.metrics.write(recovery_event(script, times, epoch_now()));
+    };
   rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
   // rank, local_rank and node: trainrt-doctor names culprits by node and maps the shared-memory
   // backend's node-local rank numbers to global ones (docs/doctor.md).
   rep.metrics.write(fmt::format(
-      R"({{"event":"start","wall":{:.6f},"restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
-      run_start, trainer.done, rt->size, rt->restart_count,
+      R"({{"event":"start","wall":{:.6f},"init_wall":{:.6f},"restore_wall":{:.6f},"restore_source":"{}","restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
+      run_start, times.init_done, times.restore_done, times.source, trainer.done, rt->size, rt->restart_count,
       engine->describe().substr(0, engine->describe().find(' ')),  // cpu | cuda
       rank, rt->local_rank, nlohmann::json(monitor.node()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (rank == 0)

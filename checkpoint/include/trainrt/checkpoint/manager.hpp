@@ -24,6 +24,19 @@ class Communicator;
 
 namespace trainrt::checkpoint {
 
+// The memory tier (docs/checkpoint.md "Memory tier"): every save() and snapshot() also keeps this
+// rank's shard in a tmpfs file on its node, under <base>/trainrt-<uid>/job-<job>/<node>/ (0700,
+// never through a symlink, removed when the job ends), and copies it to a buddy rank on another
+// node through a host communicator of the manager's own. restore() tries the newest step every
+// rank can get verified from memory (its node's copy, else a buddy's) before the directory.
+struct MemoryTier {
+  bool enabled = false;
+  std::string base = "/dev/shm";  // a tmpfs on each node
+  std::string job;                // "": $SLURM_JOB_ID (the tier outlives a step, not the job)
+  std::string node;               // "": $SLURMD_NODENAME, else the host name; ranks that share it share the tier
+  bool buddies = true;            // copy every shard to a rank on another node (none with one node)
+};
+
 struct Options {
   // Created if missing (one level). Opened once, never through a symlink at its last component;
   // saving needs it owned by this user and not writable by others (restore reads any readable
@@ -45,6 +58,7 @@ struct Options {
   // The bytes a rank holds in flight while resharding (received pieces; plus two pieces of at most
   // transfer_bytes / world size for reading and sending).
   std::size_t transfer_bytes = std::size_t{64} << 20;
+  MemoryTier memory_tier;
 };
 
 struct SaveResult {
@@ -55,6 +69,23 @@ struct SaveResult {
   // The step was committed before this save (a stop signal right after a periodic save or a
   // restore): nothing was written, the committed step and its metadata stay as they are.
   bool already_committed = false;
+  // Memory tier: every rank's shard is in its node's tier (a same-node restart restores it without
+  // the disk), and, with buddy_protected, a copy of it on another node too (a lost node too).
+  bool in_memory = false;
+  bool buddy_protected = false;
+  double memory_seconds = 0;  // writing the tier copy, agreeing, the buddy copies (background)
+};
+
+// What the last restore() did: the step, where it came from, and every fallback with its reason.
+struct RestoreReport {
+  std::int64_t step = -1;
+  std::string source;            // "memory" or "disk" ("" when nothing was restored)
+  unsigned local_copies = 0;     // memory: shards this rank read that were on its node already
+  unsigned moved_copies = 0;     // memory: shards this rank received from another node (buddy copies)
+  unsigned job_moved_copies = 0;  // memory: shards copied between nodes in the whole job
+  std::uint64_t job_moved_bytes = 0;
+  double seconds = 0;            // the whole restore() call
+  std::vector<std::string> fallbacks;  // "memory tier step 40: rank 3: ...; falling back to ..."
 };
 
 // Free-form key/value pairs stored in a step's manifest (rank 0's are kept): loss, data epoch,
@@ -115,12 +146,20 @@ class Manager {
   // global shape), the future throws UsageError on every rank naming the tensor and the ranks,
   // and nothing is written.
   std::shared_future<SaveResult> save(std::uint64_t step, Metadata metadata = {});
+  // The memory tier only (no checkpoint directory write): cheap enough for every few steps. The
+  // same stall and agreement as save(); the future throws when any rank's tier copy failed. A
+  // UsageError when the memory tier is not enabled.
+  std::shared_future<SaveResult> snapshot(std::uint64_t step, Metadata metadata = {});
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
   // failed its checksums was already read into the buffers (see Options::verify_before_load).
   std::int64_t restore();
   // The metadata saved with the step restore() last returned (empty before, or when none).
   const Metadata& restored_metadata() const;
+  const RestoreReport& last_restore() const;
+  // "" when the memory tier is in use on this rank, else why not (disabled, or the reason it was
+  // turned off: a directory of another user, no job id, ...).
+  const std::string& memory_tier_off() const;
 
   // The future of save() completes at the commit; rank 0 then removes steps beyond keep_last in
   // the background. This waits for that too (the destructor and save_and_exit() do).

@@ -1,0 +1,22 @@
+#pragma once
+// Removing memory tiers (docs/checkpoint.md "Memory tier"): a job's tier lives in a tmpfs of each
+// node under <base>/trainrt-<uid>/job-<job>/ and must not outlive the job. train.sbatch removes its
+// own at the end (trainrt-ckpt tier-clean --job); an epilog can do the same; and each job removes
+// what earlier jobs of the same user left behind once Slurm says those jobs are over (a job killed
+// with its batch script, a node that ran no epilog). Only this user's directories are touched,
+// nothing is followed, and a node directory a live manager holds (its lock) is never removed.
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace trainrt::checkpoint {
+
+// Removes this user's memory tier of `job` under `base` on this machine. One line per thing done
+// or left (in use, not ours). Throws UsageError for a job that is not a file name.
+std::vector<std::string> remove_memory_tier(const std::string& base, const std::string& job);
+
+// Removes this user's memory tiers of every job but `keep` for which `finished(job)` is true.
+std::vector<std::string> remove_finished_memory_tiers(const std::string& base, const std::string& keep,
+                                                      const std::function<bool(const std::string&)>& finished);
+
+}  // namespace trainrt::checkpoint

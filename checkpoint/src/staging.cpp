@@ -1,0 +1,78 @@
+#include "staging.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "trainrt/error.hpp"
+
+namespace trainrt::checkpoint {
+
+template <class T>
+T* Staging::PageAligned<T>::allocate(std::size_t n) {
+  const std::size_t bytes = (std::max<std::size_t>(n * sizeof(T), 1) + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  void* p = std::aligned_alloc(kDirectAlign, bytes);
+  if (!p) throw std::bad_alloc();
+  return static_cast<T*>(p);
+}
+
+template <class T>
+void Staging::PageAligned<T>::deallocate(T* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+Staging::~Staging() { unmap(); }
+
+void Staging::resize(std::size_t bytes) {
+  size_ = bytes;
+  if (!file_backed_) anonymous_.resize(bytes);
+}
+
+std::byte* Staging::data() {
+  if (map_) return head() + head_;
+  if (anonymous_.size() != size_) anonymous_.resize(size_);
+  return anonymous_.data();
+}
+
+void Staging::release_anonymous() {
+  if (!file_backed_) return;
+  anonymous_.clear();
+  anonymous_.shrink_to_fit();
+}
+
+void Staging::map(Fd fd, std::size_t head, const std::string& path) {
+  unmap();
+  const std::size_t bytes = head + size_;
+  // Every page now: tmpfs gives pages on first touch, and one that cannot be had then is a SIGBUS
+  // inside save()'s copy. posix_fallocate would fall back to writing zeros where fallocate is
+  // missing; fallocate itself says EOPNOTSUPP and the pages are touched below either way.
+  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    if (err != EOPNOTSUPP)
+      throw Error(fmt::format("cannot allocate {} bytes for the memory tier: {}", bytes, std::strerror(err)), path);
+    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+      throw Error(fmt::format("cannot size the memory tier file to {} bytes: {}", bytes, std::strerror(errno)), path);
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  if (p == MAP_FAILED) throw Error(fmt::format("cannot map the memory tier file: {}", std::strerror(errno)), path);
+  map_ = p;
+  map_bytes_ = bytes;
+  head_ = head;
+  fd_ = std::move(fd);
+  anonymous_.clear();
+  anonymous_.shrink_to_fit();
+}
+
+void Staging::unmap() {
+  if (map_) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = head_ = 0;
+  fd_.reset();
+}
+
+}  // namespace trainrt::checkpoint

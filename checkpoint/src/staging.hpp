@@ -1,0 +1,69 @@
+#pragma once
+// Where save() copies host buffers (the stall): one page-aligned region, reused by every save.
+// Without the memory tier it is anonymous memory allocated at registration (as it always was).
+// With the tier it is the rank's tier file itself, mapped shared (a tmpfs file's page cache is the
+// memory): the copy that stalls training is then also the node-local copy of the shard, and the
+// tier costs no second buffer. The file holds a shard exactly as the checkpoint directory would
+// (docs/checkpoint.md "Memory tier"), so the mapping starts with `head` bytes reserved for the
+// shard header and the region follows.
+#include <cstddef>
+#include <vector>
+
+#include "files.hpp"
+#include "trainrt/fd.hpp"
+
+namespace trainrt::checkpoint {
+
+class Staging {
+ public:
+  Staging() = default;
+  ~Staging();
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  // Tier mode: registration only records sizes; memory comes from map() (or, for a restore that
+  // needs staging before any save, an anonymous buffer made on demand).
+  void set_file_backed(bool on) { file_backed_ = on; }
+  bool file_backed() const { return file_backed_; }
+
+  // Registration grew the region to `bytes` (whole pages). Anonymous mode keeps its contents.
+  void resize(std::size_t bytes);
+  std::size_t size() const { return size_; }
+  // The region: the mapping's when mapped, else anonymous memory (allocated on first use in tier
+  // mode, so a manager that only saves to the tier never holds it).
+  std::byte* data();
+
+  // Maps `fd` (a regular file of this user in the tier) with `head` header bytes before the
+  // region: allocates every page of head + size() up front (fallocate, so a full tmpfs is an
+  // error here and never a SIGBUS in the middle of a copy) and touches them. Throws Error naming
+  // `path` and the errno text; the staging is unmapped then.
+  void map(Fd fd, std::size_t head, const std::string& path);
+  void unmap();
+  bool mapped() const { return map_ != nullptr; }
+  std::byte* head() { return static_cast<std::byte*>(map_); }
+  std::size_t head_bytes() const { return head_; }
+  int fd() const { return fd_.get(); }
+  // Frees the on-demand anonymous buffer of tier mode (after a restore that used it).
+  void release_anonymous();
+
+ private:
+  template <class T>
+  struct PageAligned {
+    using value_type = T;
+    PageAligned() = default;
+    template <class U>
+    PageAligned(const PageAligned<U>&) {}
+    T* allocate(std::size_t n);
+    void deallocate(T* p, std::size_t) noexcept;
+    friend bool operator==(const PageAligned&, const PageAligned&) { return true; }
+  };
+
+  bool file_backed_ = false;
+  std::size_t size_ = 0;
+  std::vector<std::byte, PageAligned<std::byte>> anonymous_;
+  Fd fd_;
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0, head_ = 0;
+};
+
+}  // namespace trainrt::checkpoint

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Recovery inside the allocation on a real 3-node local Slurm cluster (docs/recovery.md): train.sbatch
+# with TRAINRT_SPARES=1 trains 4 ranks on trt-n1 and trt-n2 with the memory tier (snapshots every 10
+# steps, the directory every 20). Mid-run every process of the job on trt-n2 is killed and that
+# node's memory tier removed (a node lost with its memory):
+#  (a) the doctor names trt-n2, the next step runs on trt-n1 + the spare trt-n3 at the same world
+#      size, restores the newest snapshot from memory (the spare's ranks get their shards from the
+#      buddy copies on trt-n1), the final parameters equal an uninterrupted run's bit for bit, the
+#      metrics hold a recovery event with its phases, and the job's memory tier is gone at the end;
+#  (b) the same, with trt-n1's buddy copies of trt-n2's ranks corrupted before the restore: the
+#      memory tier's step is refused with the reason logged and the directory's step restores,
+#      still bitwise equal at the end.
+# Usage: recovery.sh BUILD_DIR. Exit 77 (skipped) when not root.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+trainer=$build/slurm_examples/trainer/train-mlp
+doctor=$build/doctor/trainrt-doctor
+tool=$build/checkpoint/trainrt-ckpt
+if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
+for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
+
+source "$repo/tests/slurm/harness.sh"
+cluster_harness recovery 7967 7968
+bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
+crun() { timeout 300 bash "$cluster" run "$@"; }
+tier_root=/dev/shm/trainrt-$(id -u)
+args=(--device cpu --steps 300 --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
+final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
+
+# The uninterrupted run: the same 4 ranks on 2 nodes.
+ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${args[@]}" \
+      --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
+[[ -n $ref ]] && pass "uninterrupted run, 4 ranks on trt-n1 + trt-n2: $ref" || { fail "reference run"; exit 1; }
+
+# PIDs of job $1's trainer processes on node $2 (every process of the node's step).
+pids_on() {
+  local pid
+  for pid in $(pgrep -f "^$trainer "); do  # the trainers, not srun (whose command line names it too)
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && echo "$pid"
+  done
+}
+# Whether the memory tier of job $1 holds a step >= $2 complete on both nodes: on trt-n1 and trt-n2
+# its manifest and all 4 shards (each node's own 2 and its buddy copies of the other's 2), so a lost
+# node's shards are on the other one. While a snapshot is being made the previous one is partly
+# overwritten and a lost node falls back to the directory (docs/recovery.md "Windows"): the kill
+# waits for a complete step, with the job frozen so that nothing moves between the look and the kill.
+protected() {
+  local tiers step n f ok
+  tiers=$(echo "$tier_root/job-$1"/ckpt-*)
+  for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
+    (( 10#${step#step_} >= $2 )) || return 1
+    ok=1
+    for n in trt-n1 trt-n2; do
+      [[ -f $tiers/$n/$step/MANIFEST.json ]] || ok=0
+      for f in 0 1 2 3; do [[ -f $tiers/$n/$step/rank_0000$f.shard ]] || ok=0; done
+    done
+    (( ok )) && return 0
+  done
+  return 1
+}
+freeze_when_protected() {  # freeze_when_protected JOBID STEP PIDS...: 0 with the PIDs stopped
+  local job=$1 step=$2; shift 2
+  for _ in $(seq 1 1500); do
+    if protected "$job" "$step"; then
+      kill -STOP "$@"
+      protected "$job" "$step" && return 0
+      kill -CONT "$@"
+    fi
+    sleep 0.02
+  done
+  return 1
+}
+
+# Submits train.sbatch on 3 nodes with 1 spare; kills trt-n2's processes once a snapshot of step
+# 40 or later is protected,
+# after running "$@" on the frozen job (all its trainer processes stopped, so no save moves on).
+run_case() {  # run_case NAME [command run while frozen...]
+  local name=$1 jobid; shift
+  export TRAINER=$trainer DOCTOR=$doctor CKPT_TOOL=$tool RUN_DIR=$work/$name MAX_RERUNS=2
+  jobid=$(crun sbatch --parsable -N 3 --ntasks-per-node=2 --export=ALL,TRAINRT_SPARES=1 \
+          --train-runtime=policy=numa,bind=off -o "$work/$name.out" "$repo/slurm_examples/train.sbatch" "${args[@]}")
+  local all victims
+  for _ in $(seq 1 600); do
+    all=$( (pids_on "$jobid" trt-n1; pids_on "$jobid" trt-n2) | tr '\n' ' ')
+    [[ $(wc -w <<<"$all") -eq 4 ]] && break
+    sleep 0.1
+  done
+  victims=$(pids_on "$jobid" trt-n2 | tr '\n' ' ')
+  if ! freeze_when_protected "$jobid" 40 $all; then
+    fail "$name: no complete snapshot of step 40 or later in the memory tier" "$(tail -5 "$work/$name.out")"; return 1
+  fi
+  tiers=$(echo "$tier_root/job-$jobid"/ckpt-*)
+  "$@"
+  rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
+  kill_at=$(date +%s.%N)
+  kill -KILL $victims
+  killed_after=$(grep -c '"event":"step"' "$RUN_DIR/out/metrics_rank0.jsonl")
+  kill -CONT $all 2>/dev/null
+  for _ in $(seq 1 900); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+  out=$(cat "$work/$name.out")
+  echo "$out" | grep -E '^(doctor: (verdict|never)|train.sbatch|step failed|training finished|checkpoint: (restored|skipped)|memory tier: (removed|job)|FINAL)' |
+    sed 's/^/  | /'
+  job_tier=$tier_root/job-$jobid
+}
+corrupt_buddy_copies() {  # every copy trt-n1 holds of ranks 2 and 3
+  local f
+  for f in "$tiers"/trt-n1/step_*/rank_0000[23].shard; do
+    printf 'garbage' | dd of="$f" bs=1 seek=8192 conv=notrunc status=none
+  done
+}
+
+# ---------------------------------------------------------------- (a) lost node, spare, memory
+run_case spare
+restored=$(grep -oE "restored step [0-9]+ from the memory tier" <<<"$out" | grep -oE "[0-9]+" | head -1)
+moved=$(grep -oE "the job copied [0-9]+ shard" <<<"$out" | grep -oE "[0-9]+" | head -1)
+event=$(grep '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" | tail -1)
+if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && [[ -n $restored && $restored -ge 40 && ${moved:-0} -ge 2 ]] &&
+   [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
+   grep -q '"restore_source":"memory"' <<<"$event" && grep -q '"kind":"spare"' <<<"$event" && [[ ! -e $job_tier ]]; then
+  pass "trt-n2's ranks killed after step $killed_after: trt-n3 took its place (4 ranks), step $restored restored from memory ($moved shards from buddy copies), final params bitwise equal; tier removed at the end"
+  python3 -c "
+import json, sys
+e = json.loads(sys.argv[1]); k = float(sys.argv[2])
+p = e['phases']; t = e['times']
+print('  | from the kill: %.2f s to the first step (' % (t['first_step_done'] - k) + ', '.join('%s %.2f' % (n[:-2], v) for n, v in p.items()) + ')')
+" "$event" "$kill_at"
+else fail "spare + memory tier" "restored='$restored' moved='$moved' final='$(final <<<"$out")' tier left: $(ls -d "$job_tier" 2>/dev/null)" \
+  "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
+
+# ---------------------------------------------------------------- (b) corrupted buddy copies
+run_case corrupt corrupt_buddy_copies
+if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -qE "restored step [0-9]+ from the checkpoint directory" <<<"$out" &&
+   grep -qE "skipped step [0-9]+ in the memory tier: no verified copy left in memory of rank 2's shard.*fails its checksum" <<<"$out" &&
+   [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out"; then
+  pass "trt-n2's ranks killed after step $killed_after and trt-n1's buddy copies of them corrupted: the memory tier's step refused, reason logged, the directory's step restored, final params bitwise equal"
+  grep -m1 -oE "skipped step [0-9]+ in the memory tier: .{0,160}" <<<"$out" | sed 's/^/  | /'
+else fail "corrupted buddy copy" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
+
+echo "recovery: $passed passed, $failed failed"
+exit $((failed > 0))
