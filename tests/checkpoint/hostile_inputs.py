@@ -93,30 +93,13 @@ def main():
         print("SKIPPED: the other-user cases need root (to act as uid 65534 and to own directories)")
         return 77
     env = H.Env(tool, mp, xxh3, hooks.upper() in ("1", "ON", "TRUE"))
-    held = 0
     if klass == "users":
         why = env.reach_for_nobody()
         if why:
             env.close()
             print(f"SKIPPED: {why}")
             return 77
-    try:
-        for name, case in CASES[klass]:
-            try:
-                case(Check(env))
-                held += 1
-                print(f"ok   {name}")
-            except AssertionError as e:
-                print(f"FAIL {name}: {e}")
-            except Exception as e:  # a crafting step that failed is a failed case too
-                print(f"FAIL {name}: {type(e).__name__}: {e}")
-            sys.stdout.flush()
-    finally:
-        env.close()
-    total = len(CASES[klass])
-    print(f"hostile {klass}: {total} cases, {held} held (timeout {H.TIMEOUT_S} s, RLIMIT_AS {H.MEMORY_BYTES >> 20} MiB)")
-    return 0 if held == total else 1
-
+    return H.run_cases(f"hostile {klass}", CASES[klass], env, Check)
 
 if __name__ == "__main__":
     sys.exit(main())

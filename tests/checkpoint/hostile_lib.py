@@ -7,6 +7,7 @@ import resource
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 
 TIMEOUT_S = 20
@@ -182,3 +183,24 @@ def sparse(path, size):
     """`path` becomes a file of `size` bytes, nearly all of it a hole."""
     with open(path, "r+b") as f:
         f.truncate(size)
+
+
+def run_cases(title, cases, env, check):
+    """Runs every (name, case) on check(env), closes env, prints one line per case and a summary;
+    0 when every case held, else 1. A crafting step that raised fails its case, never the run."""
+    held = 0
+    try:
+        for name, case in cases:
+            try:
+                case(check(env))
+                held += 1
+                print(f"ok   {name}")
+            except AssertionError as e:
+                print(f"FAIL {name}: {e}")
+            except Exception as e:
+                print(f"FAIL {name}: {type(e).__name__}: {e}")
+            sys.stdout.flush()
+    finally:
+        env.close()
+    print(f"{title}: {len(cases)} cases, {held} held (timeout {TIMEOUT_S} s, RLIMIT_AS {MEMORY_BYTES >> 20} MiB)")
+    return 0 if held == len(cases) else 1
