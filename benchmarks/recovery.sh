@@ -13,7 +13,7 @@
 # snapshot's stall. Scenarios alternate, REPS rounds. Runs as root. The local cluster is the
 # machine's one trt-* cluster (cluster.sh removes trt-* namespaces it finds at start): never run it
 # beside a Slurm test; on a shared machine serialize both with one lock, e.g.
-#   flock /work/heavy.lock benchmarks/recovery.sh build 2048 2
+#   flock /tmp/trainrt-heavy.lock bash benchmarks/recovery.sh build 2048 2
 # Usage: benchmarks/recovery.sh [BUILD_DIR] [BALLAST_MIB_TOTAL] [REPS] [SCENARIOS]
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
