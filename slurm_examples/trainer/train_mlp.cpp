@@ -328,8 +328,10 @@ class Trainer {
       rep_.watchdog.heartbeat();
   }
 
+  // The checkpoint in flight, if any, finished: its persist (or snapshot) seconds; 0 when none was.
   double finish_pending() {
     auto f = std::exchange(pending_, {});
+    if (!f.valid()) return 0;
     if (!pending_snapshot_) return f.get().persist_seconds;
     try {
       return f.get().memory_seconds;
