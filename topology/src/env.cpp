@@ -58,6 +58,18 @@ bool any_efa(const Node& node, const std::vector<unsigned>& nics) {
   return std::any_of(nics.begin(), nics.end(), [&](unsigned n) { return node.nics[n].link == LinkLayer::Efa; });
 }
 
+// The step's place in the job, the same for every task of a node: in the node's and each task's set.
+void step_vars(const StepIdentity& s, std::vector<EnvVar>& env) {
+  env.push_back({"GROUP_RANK", fmt::format("{}", s.node_id)});
+  env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", s.nnodes)});
+  env.push_back({"MASTER_ADDR", s.master_addr});
+  env.push_back({"MASTER_PORT", fmt::format("{}", s.master_port)});
+  env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s.node_id)});
+  env.push_back({"TRAINRT_NNODES", fmt::format("{}", s.nnodes)});
+  env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s.job_id)});
+  env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s.step_id)});
+}
+
 void gpu_vars(const Placement& placement, const TaskPlacement& task, const EnvOptions& options,
               std::vector<EnvVar>& env) {
   if (task.gpus.empty()) return;
@@ -98,14 +110,7 @@ void launcher_vars(const Node& node, const Placement& placement, const EnvOption
   env.push_back({"TRAINRT_LAUNCHER", "1"});
   env.push_back({"TRAINRT_POLICY", to_string(placement.policy)});
   if (const auto& s = options.step) {
-    env.push_back({"GROUP_RANK", fmt::format("{}", s->node_id)});
-    env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", s->nnodes)});
-    env.push_back({"MASTER_ADDR", s->master_addr});
-    env.push_back({"MASTER_PORT", fmt::format("{}", s->master_port)});
-    env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s->node_id)});
-    env.push_back({"TRAINRT_NNODES", fmt::format("{}", s->nnodes)});
-    env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s->job_id)});
-    env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s->step_id)});
+    step_vars(*s, env);
   }
 }
 
@@ -135,14 +140,7 @@ void task_vars(const Node& node, const Placement& placement, const TaskPlacement
     env.push_back({"LOCAL_RANK", fmt::format("{}", task.local_rank)});
     env.push_back({"WORLD_SIZE", fmt::format("{}", s->world_size)});
     env.push_back({"LOCAL_WORLD_SIZE", fmt::format("{}", s->local_world_size)});
-    env.push_back({"GROUP_RANK", fmt::format("{}", s->node_id)});
-    env.push_back({"GROUP_WORLD_SIZE", fmt::format("{}", s->nnodes)});
-    env.push_back({"MASTER_ADDR", s->master_addr});
-    env.push_back({"MASTER_PORT", fmt::format("{}", s->master_port)});
-    env.push_back({"TRAINRT_NODE_ID", fmt::format("{}", s->node_id)});
-    env.push_back({"TRAINRT_NNODES", fmt::format("{}", s->nnodes)});
-    env.push_back({"TRAINRT_JOB_ID", fmt::format("{}", s->job_id)});
-    env.push_back({"TRAINRT_STEP_ID", fmt::format("{}", s->step_id)});
+    step_vars(*s, env);
   }
 }
 
