@@ -45,6 +45,10 @@ def rank_main(phase, d, *args):
             print(f"rank {rank} RESAVED")
         except BaseException as e:  # DCP's CheckpointException is a BaseException
             print(f"rank {rank} REFUSED {'already committed' in str(e)}")
+        # The refused save leaves gloo work that torch's worker threads release later; wait for it
+        # here: released during the interpreter's exit, it aborts the rank (torch takes the GIL in
+        # a thread that Py_Finalize then ends: "terminate called without an active exception").
+        dist.barrier()
         print(f"rank {rank} SAVED", flush=True)
     elif phase == "load":
         want = int(args[0])
