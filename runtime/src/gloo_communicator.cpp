@@ -9,6 +9,8 @@
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/address.h>
+#include <gloo/transport/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
@@ -67,6 +69,55 @@ class BootstrapStore final : public gloo::rendezvous::Store {
   std::map<std::string, std::vector<char>> values_;
 };
 
+// Gloo's full mesh with the addresses exchanged in one allgather of the session instead of a
+// store's keys: every rank creates a pair per peer, sends the peers' listening addresses in one
+// blob (a 4-byte length before each, peers in rank order without itself) and connects each pair to
+// the address its peer made for it.
+class ExchangedMeshContext final : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+
+  void connect(bootstrap::Session& session, std::shared_ptr<gloo::transport::Device>& device) {
+    auto pairs = device->createContext(rank, size);
+    pairs->setTimeout(getTimeout());
+    std::vector<std::uint8_t> mine;
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      const std::vector<char> address = pairs->createPair(peer)->address().bytes();
+      const auto length = static_cast<std::uint32_t>(address.size());
+      const auto* l = reinterpret_cast<const std::uint8_t*>(&length);
+      mine.insert(mine.end(), l, l + sizeof length);
+      mine.insert(mine.end(), address.begin(), address.end());
+    }
+    const std::vector<bootstrap::Blob> all = session.allgather(mine);
+    if (all.size() != static_cast<std::size_t>(size))
+      throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
+    for (int peer = 0; peer < size; ++peer)
+      if (peer != rank) pairs->getPair(peer)->connect(address_for_me(all[peer], peer));
+    device_ = device;
+    transportContext_ = std::move(pairs);
+  }
+
+ private:
+  // Peer `from`'s blob holds size - 1 addresses; this rank's is at index rank (rank - 1 past `from`).
+  std::vector<char> address_for_me(const bootstrap::Blob& blob, int from) const {
+    const int wanted = rank < from ? rank : rank - 1;
+    std::size_t at = 0;
+    for (int i = 0;; ++i) {
+      std::uint32_t length = 0;
+      if (blob.size() - at < sizeof length) break;
+      std::memcpy(&length, blob.data() + at, sizeof length);
+      at += sizeof length;
+      if (length > gloo::transport::Address::kMaxByteSize || blob.size() - at < length) break;
+      if (i == wanted) return std::vector<char>(blob.begin() + at, blob.begin() + at + length);
+      at += length;
+    }
+    throw Error(fmt::format("rank {} sent a {}-byte address list without a valid entry {} (for rank {})", from,
+                            blob.size(), wanted, rank),
+                "gloo");
+  }
+};
+
 template <typename T, typename Acc, Acc (*Load)(T), T (*Store)(Acc)>
 gloo::AllreduceOptions::Func make_reduce(ReduceOp op) {
   return [op](void* c_v, const void* a_v, const void* b_v, std::size_t n) {
@@ -98,7 +149,8 @@ CollectiveFailure gloo_failure(const gloo::IoException& e, std::chrono::millisec
 
 class GlooCommunicator final : public HostCommunicator {
  public:
-  GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag)
+  GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag,
+                   GlooRendezvous rendezvous)
       : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()), timeout_(options.timeout) {
     // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
     // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
@@ -119,12 +171,19 @@ class GlooCommunicator final : public HostCommunicator {
     }
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
-      ctx->setTimeout(options.timeout);
-      static unsigned contexts = 0;  // distinct keys for every Gloo communicator of this process
-      BootstrapStore store(session, tag.empty() ? fmt::format("gloo{}.", contexts++) : "gloo-" + tag + ".");
-      ctx->connectFullMesh(store, device);
-      context_ = ctx;
+      if (rendezvous == GlooRendezvous::Exchange) {
+        auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
+        ctx->setTimeout(options.timeout);
+        ctx->connect(session, device);
+        context_ = ctx;
+      } else {
+        auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
+        ctx->setTimeout(options.timeout);
+        static unsigned contexts = 0;  // distinct keys for every Gloo communicator of this process
+        BootstrapStore store(session, tag.empty() ? fmt::format("gloo{}.", contexts++) : "gloo-" + tag + ".");
+        ctx->connectFullMesh(store, device);
+        context_ = ctx;
+      }
       // Over TCP, not PMIx: once it returns every rank has finished its lookups. Slurm 22.05's
       // PMIx plugin can hang a direct-modex lookup that is in flight while the owner's node joins
       // a fence (docs/scale.md), and a rank leaving here goes on to fences.
@@ -271,8 +330,9 @@ class GlooCommunicator final : public HostCommunicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
-                                                     const std::string& address, const std::string& tag) {
-  return std::make_unique<GlooCommunicator>(session, options, address, tag);
+                                                     const std::string& address, const std::string& tag,
+                                                     GlooRendezvous rendezvous) {
+  return std::make_unique<GlooCommunicator>(session, options, address, tag, rendezvous);
 }
 
 }  // namespace trainrt

@@ -64,8 +64,12 @@ class HierarchicalCommunicator final : public HostCommunicator {
     local_ = make_shm_communicator(*local_session_, options);
     static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
     id_ = instances++;
+    // The leaders' addresses go round in one fence of the world that every rank joins (members or
+    // not), not in a direct-modex lookup per leader pair.
     if (leader_session_->is_member())
       leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id_));
+    else
+      leader_session_->allgather({});
   }
   ~HierarchicalCommunicator() override { stop_progress(); }
 
@@ -140,7 +144,7 @@ class HierarchicalCommunicator final : public HostCommunicator {
   // up keys: no fence that other threads' collectives could interleave with.
   Communicator& all() {
     if (!all_) {
-      all_owner_ = make_gloo_communicator(session_, options_, {}, fmt::format("hier{}-all", id_));
+      all_owner_ = make_gloo_communicator(session_, options_, {}, fmt::format("hier{}-all", id_), GlooRendezvous::Lookups);
       all_ = all_owner_.get();  // on_failure() may read it from another thread
     }
     return *all_;

@@ -50,10 +50,15 @@ class SubSession final : public bootstrap::Session {
   std::string job_id() const override { return parent_.job_id(); }
   bool is_single_process() const override { return false; }
 
+  // One fence of the parent where only members put data and every rank reads only the members'
+  // blobs (|members| reads each, not the world's N). Non-members pass nothing and get the blobs too.
   std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t> mine) override {
-    auto all = parent_.allgather(mine);
-    std::vector<bootstrap::Blob> out;
-    for (unsigned m : members_) out.push_back(std::move(all[m]));
+    std::vector<unsigned> ascending = members_;
+    std::sort(ascending.begin(), ascending.end());
+    auto blobs = parent_.gather_from(is_member() ? mine : std::span<const std::uint8_t>{}, ascending);
+    std::vector<bootstrap::Blob> out(members_.size());
+    for (std::size_t i = 0; i < members_.size(); ++i)
+      out[i] = std::move(blobs[std::lower_bound(ascending.begin(), ascending.end(), members_[i]) - ascending.begin()]);
     return out;
   }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {

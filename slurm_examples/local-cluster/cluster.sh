@@ -141,6 +141,7 @@ make_namespaces() {  # make_namespaces N
     ip netns del "$ns"
   done
   drop_hosts
+  raise_neighbour_limits "$n"
   local ctl=$prefix-ctl hosts=()
   ip netns add "$ctl"
   echo "$ctl" > "$dir/netns"
@@ -162,6 +163,25 @@ make_namespaces() {  # make_namespaces N
   done
   hosts+=("$subnet.1 $ctl $hosts_tag")
   edit_hosts "" "${hosts[@]}"
+}
+
+# The kernel's ARP table is one for all network namespaces, capped by gc_thresh3 (1,024 by
+# default): n nodes that all talk to each other hold ~(n + 1)^2 entries, so from ~30 nodes new
+# neighbours were refused ("neighbor table overflow" in dmesg), SYNs went unsent and connections
+# stalled for 1, 3, 7 ... s of retries (docs/scale.md). Raised to room for two such clusters and the
+# host; never lowered (a higher cap only stops the drops), so it outlives stop.
+raise_neighbour_limits() {
+  local n=$1 need key
+  need=$((2 * (n + 1) * (n + 1) + 1024))
+  for key in gc_thresh2 gc_thresh3; do
+    local file=/proc/sys/net/ipv4/neigh/default/$key
+    [[ -w $file ]] || continue
+    if (($(cat "$file") < need)); then
+      log "net.ipv4.neigh.default.$key $(cat "$file") -> $need (ARP entries for $n nodes talking to each other)"
+      echo "$need" > "$file"
+    fi
+    need=$((need * 2))
+  done
 }
 
 cmd_run() {

@@ -9,11 +9,21 @@
 
 namespace trainrt {
 
+// How the members learn each other's Gloo addresses.
+//  Exchange: one allgather of `session` (a PMIx fence with data; through a SubSession every rank of
+//    the parent makes it, members or not). No per-peer lookups: a leader of n nodes costs one fence,
+//    where lookups cost n - 1 direct-modex round trips, which Slurm 22.05 stalled for ~24 s at 32
+//    nodes (docs/scale.md).
+//  Lookups: every member publishes its addresses and reads the others' keys; no fence, so it may run
+//    while other threads of the process use the session (a group built at its first use).
+enum class GlooRendezvous { Exchange, Lookups };
+
 // `address`: the host name or IP this rank listens on (reachable from the other nodes); empty:
-// SLURMD_NODENAME, else the host name. `tag` names the rendezvous keys; every member must pass the
-// same one (empty: a per-process counter, right when every rank creates the same communicators in
-// the same order).
+// SLURMD_NODENAME, else the host name. `tag` names the rendezvous keys of Lookups; every member must
+// pass the same one (empty: a per-process counter, right when every rank creates the same
+// communicators in the same order).
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options = {},
-                                                     const std::string& address = {}, const std::string& tag = {});
+                                                     const std::string& address = {}, const std::string& tag = {},
+                                                     GlooRendezvous rendezvous = GlooRendezvous::Exchange);
 
 }  // namespace trainrt
