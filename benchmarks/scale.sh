@@ -21,7 +21,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${TRAINRT_BUILD_DIR:-$repo/build}
-plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline_max=512 step_timeout=300 budget=900
+plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline_max=512 step_timeout=300 budget=1500
 die() { echo "scale: error: $*" >&2; exit 1; }
 while (($#)); do
   case $1 in
@@ -55,10 +55,9 @@ points=()
 case $plan in
   quick) points=("64 4 0 1" "64 4 100 1" "256 8 0 1") ;;
   default)
-    # What docs/scale.md reports (~7 min here): 64..1,024 ranks on 16 nodes, 256 ranks on 1..8
-    # nodes, 16 and 32 ranks where torch runs too, link delays 20 and 100 us. Not 32 nodes: there
-    # trainrt::init() and torch both stalled ~24 s and ~36 s at any size (docs/scale.md "Limits").
-    points=("64 16 0 $reps" "256 16 0 $reps" "1024 16 0 1")
+    # What docs/scale.md reports (~12 min here): 64..1,024 ranks on 16 nodes, 64 and 2,048 on 32,
+    # 256 ranks on 1..8 nodes, 16 and 32 ranks where torch runs too, link delays 20 and 100 us.
+    points=("64 16 0 $reps" "256 16 0 $reps" "1024 16 0 1" "64 32 0 $reps" "2048 32 0 1")
     for n in 1 2 4 8; do points+=("256 $n 0 1"); done
     points+=("16 4 0 $reps" "32 8 0 1" "64 4 100 1" "256 16 100 1" "256 8 20 1") ;;
   *)

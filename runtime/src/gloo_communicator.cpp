@@ -183,12 +183,13 @@ class GlooCommunicator final : public HostCommunicator {
         BootstrapStore store(session, tag.empty() ? fmt::format("gloo{}.", contexts++) : "gloo-" + tag + ".");
         ctx->connectFullMesh(store, device);
         context_ = ctx;
+        // Over TCP, not PMIx: once it returns every rank has finished its lookups. Slurm 22.05's
+        // PMIx plugin can hang a direct-modex lookup that is in flight while the owner's node
+        // joins a fence (docs/scale.md), and a rank leaving here goes on to fences. (An exchange
+        // makes no lookups, and every pair is connected when connect() returns: no barrier.)
+        gloo::BarrierOptions settle(context_);
+        gloo::barrier(settle);
       }
-      // Over TCP, not PMIx: once it returns every rank has finished its lookups. Slurm 22.05's
-      // PMIx plugin can hang a direct-modex lookup that is in flight while the owner's node joins
-      // a fence (docs/scale.md), and a rank leaving here goes on to fences.
-      gloo::BarrierOptions settle(context_);
-      gloo::barrier(settle);
     } catch (const Error&) {
       throw;
     } catch (const gloo::IoException& e) {

@@ -1,5 +1,7 @@
 #include "trainrt/runtime/shm_communicator.hpp"
 
+#include <thread>
+
 #include "shm_group.hpp"
 
 namespace trainrt {
@@ -40,7 +42,31 @@ void ShmCommunicator::open_segment(bootstrap::Session& session) {
     if (h->magic != kMagic || h->nranks != size_ || h->slot_bytes != slot_bytes_)
       throw Error(fmt::format("segment {} does not match this communicator", name), "shm");
   }
-  session.barrier();  // everyone has it mapped: the name goes now, so a crash can never leak it
+  ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
+  ctl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&probe_);
+  wait_until_all_attached();  // everyone has it mapped: the name goes now, so a crash can never leak it
+}
+
+// The node's own barrier, through the segment: the group is one node, so a fence of the launcher
+// (which a SubSession makes a fence of the whole world, two per group before) is not needed. Every
+// rank counts itself in once its pid is written, so liveness checks see every pid afterwards.
+void ShmCommunicator::wait_until_all_attached() {
+  std::atomic_ref<std::uint32_t> attached(reinterpret_cast<Header*>(map_.data())->attached);
+  attached.fetch_add(1, std::memory_order_acq_rel);
+  const auto start = std::chrono::steady_clock::now();
+  for (unsigned spins = 0; attached.load(std::memory_order_acquire) < size_; ++spins) {
+    if (spins < spins_before_yield_) {
+      cpu_relax();
+      continue;
+    }
+    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > options_.timeout)
+      throw PeerError({FailureKind::Timeout, {}, std::chrono::duration<double>(options_.timeout).count()},
+                      fmt::format("rank {}: only {} of the node's {} ranks attached the shared-memory segment within {} ms",
+                                  rank_, attached.load(), size_, options_.timeout.count()),
+                      "shm");
+    if (spins < 4096) sched_yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));  // a late rank may still be starting
+  }
 }
 
 void ShmCommunicator::do_allreduce(const void* in_v, void* out_v, std::size_t count, DType dtype, ReduceOp op) {

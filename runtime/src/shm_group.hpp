@@ -74,6 +74,7 @@ struct Header {
   std::uint64_t magic;
   std::uint32_t nranks;
   std::uint64_t slot_bytes;
+  std::uint32_t attached;  // ranks that have mapped the segment and written their control block
 };
 
 inline std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
@@ -105,9 +106,6 @@ class ShmCommunicator final : public HostCommunicator {
     unsigned ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? static_cast<unsigned>(CPU_COUNT(&cpus)) : 1;
     spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
     open_segment(session);
-    ctl(rank_).pid = static_cast<std::int32_t>(::getpid());
-    ctl(rank_).probe_addr = reinterpret_cast<std::uint64_t>(&probe_);
-    session.barrier();  // every pid is written before anyone checks liveness
   }
   ~ShmCommunicator() override { stop_progress(); }
 
@@ -161,6 +159,7 @@ class ShmCommunicator final : public HostCommunicator {
 
   void open_segment(bootstrap::Session& session);  // shm_communicator.cpp
 
+  void wait_until_all_attached();
   void map(const Fd& fd, const std::string& name) {
     void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (p == MAP_FAILED) throw Error(fmt::format("mmap of {} failed: {}", name, std::strerror(errno)), "shm");

@@ -7,8 +7,10 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,41 @@ TEST_CASE("a shared-memory segment whose mapping fails is removed from /dev/shm"
   const auto before = my_segments();
   CHECK_THROWS_AS(make_shm_communicator(*session, o), Error);
   CHECK(my_segments() == before);
+}
+
+// Rank 0 of a two-rank node whose other rank never starts: the segment's name goes round (this
+// session answers at once), nobody else ever attaches.
+class PeerNeverComes final : public bootstrap::Session {
+ public:
+  unsigned rank() const override { return 0; }
+  unsigned size() const override { return 2; }
+  unsigned local_rank() const override { return 0; }
+  unsigned local_size() const override { return 2; }
+  unsigned node_id() const override { return 0; }
+  std::vector<unsigned> local_peers() const override { return {0, 1}; }
+  std::vector<std::vector<unsigned>> ranks_by_node() override { return {{0, 1}}; }
+  std::string job_id() const override { return "one-missing"; }
+  bool is_single_process() const override { return false; }
+  std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t>) override { throw Error("no fence here", "test"); }
+  bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned) override { return {data.begin(), data.end()}; }
+  void barrier() override { throw Error("the node's group must not need a fence of the launcher", "test"); }
+  void publish(const std::string&, std::span<const std::uint8_t>) override {}
+  bootstrap::Blob lookup(unsigned, const std::string&) override { throw Error("no lookups here", "test"); }
+};
+
+TEST_CASE("a node's shared-memory group meets in its segment: a rank that never attaches is a timeout naming the count") {
+  PeerNeverComes session;
+  CommOptions o;
+  o.timeout = std::chrono::milliseconds(300);
+  const auto before = my_segments();
+  try {
+    make_shm_communicator(session, o);
+    FAIL("a group of two was built with one rank");
+  } catch (const PeerError& e) {
+    CHECK(e.kind() == FailureKind::Timeout);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("only 1 of the node's 2 ranks attached"));
+  }
+  CHECK(my_segments() == before);  // the name is gone on this way out too
 }
 
 TEST_CASE("device buckets need an NCCL communicator") {
