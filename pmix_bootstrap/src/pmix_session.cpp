@@ -3,11 +3,13 @@
 #include <pmix.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include "node_bundle.hpp"
 #include "session_impl.hpp"
 #include "trainrt/number.hpp"
 #include "trainrt/strings.hpp"
@@ -137,16 +139,39 @@ class PmixSession final : public Session {
     return me_.rank == root ? Blob(data.begin(), data.end()) : get_blob(root, key);
   }
 
+  // Through the node leaders: every rank hands its blob to its node's lowest rank inside the node
+  // (PMIX_LOCAL, so it stays out of the fence), each leader puts one bundle of its node's blobs, and
+  // after the fence the root reads one bundle per node: n reads at the root instead of N.
   std::vector<Blob> gather(std::span<const std::uint8_t> mine, unsigned root) override {
     if (root >= size_) throw Error(fmt::format("gather root {} outside a world of {}", root, size_), "bootstrap");
+    const std::vector<unsigned> leaders = me_.rank == root && peers_known_ ? node_leaders() : std::vector<unsigned>{};
     std::lock_guard lock(mutex_);
     const std::string key = next_key();
-    put(key, mine);
+    if (!peers_known_) {  // no node map from PMIx: every rank's blob goes to the root itself
+      put(key, mine);
+      fence(true, key);
+      std::vector<Blob> out;
+      if (me_.rank == root)
+        for (unsigned r = 0; r < size_; ++r) out.push_back(get_blob(r, key));
+      return out;
+    }
+    const unsigned my_leader = *std::min_element(local_peers_.begin(), local_peers_.end());
+    if (me_.rank != my_leader) {
+      put(key + ".own", mine, PMIX_LOCAL);
+    } else {
+      std::vector<std::pair<unsigned, Blob>> node;
+      for (unsigned peer : local_peers_)
+        node.emplace_back(peer, peer == me_.rank ? Blob(mine.begin(), mine.end()) : wait_for_local(peer, key + ".own"));
+      put(key, pack_node_bundle(node));
+    }
     fence(true, key);
     std::vector<Blob> out;
     if (me_.rank != root) return out;
     out.resize(size_);
-    for (unsigned r = 0; r < size_; ++r) out[r] = get_blob(r, key);
+    std::vector<bool> filled(size_, false);
+    for (unsigned leader : leaders) unpack_node_bundle(get_blob(leader, key), leader, out, filled);
+    if (const auto gap = std::find(filled.begin(), filled.end(), false); gap != filled.end())
+      throw Error(fmt::format("gather to {}: no node leader sent rank {}'s blob", root, gap - filled.begin()), "bootstrap");
     return out;
   }
 
@@ -224,14 +249,51 @@ class PmixSession final : public Session {
   }
   unsigned get_u16(const pmix_proc_t& proc, const char* key) { return get_u32(proc, key); }
 
-  void put(const std::string& key, std::span<const std::uint8_t> data) {
+  // The lowest rank of every node, from the job data (no exchange); read once.
+  std::vector<unsigned> node_leaders() {
+    if (node_leaders_.empty())
+      for (const auto& node : ranks_by_node()) node_leaders_.push_back(node.front());
+    return node_leaders_;
+  }
+
+  // A local peer's PMIX_LOCAL value: polled like lookup(), since the peer may not have put it yet.
+  Blob wait_for_local(unsigned peer_rank, const std::string& key) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
+    auto pause = std::chrono::microseconds(100);
+    pmix_proc_t peer;
+    PMIX_LOAD_PROCID(&peer, me_.nspace, peer_rank);
+    while (true) {
+      InfoArray info(2);
+      bool refresh = true;
+      PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
+      PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
+      ValuePtr v;
+      const pmix_status_t rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
+      if (rc == PMIX_SUCCESS && v.v->type == PMIX_BYTE_OBJECT) {
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
+        return Blob(bytes, bytes + v.v->data.bo.size);
+      }
+      if (rc == PMIX_SUCCESS && v.v->type == PMIX_UNDEF) return {};
+      if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_SUCCESS)
+        throw Error(fmt::format("node leader {} could not read '{}' of rank {}: {}", me_.rank, key, peer_rank, status(rc)),
+                    "bootstrap");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(fmt::format("rank {} never handed '{}' to its node leader {} (waited {} s)", peer_rank, key,
+                                me_.rank, timeout_),
+                    "bootstrap");
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    }
+  }
+
+  void put(const std::string& key, std::span<const std::uint8_t> data, pmix_scope_t scope = PMIX_GLOBAL) {
     pmix_value_t value;
     PMIX_VALUE_CONSTRUCT(&value);
     value.type = PMIX_BYTE_OBJECT;
     // PMIx copies the value in PMIx_Put; it never writes through this pointer.
     value.data.bo.bytes = reinterpret_cast<char*>(const_cast<std::uint8_t*>(data.data()));
     value.data.bo.size = data.size();
-    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value);
+    pmix_status_t rc = PMIx_Put(scope, key.c_str(), &value);
     if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Put({}) failed: {}", key, status(rc)), "bootstrap");
     rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Commit failed: {}", status(rc)), "bootstrap");
@@ -272,6 +334,7 @@ class PmixSession final : public Session {
   int timeout_;
   unsigned size_ = 1, local_size_ = 1, local_rank_ = 0, node_id_ = 0;
   std::vector<unsigned> local_peers_;
+  std::vector<unsigned> node_leaders_;
   bool peers_known_ = false;  // PMIx named the local peers (else local_peers_ is this rank alone)
   std::uint64_t counter_ = 0;
   std::mutex mutex_;
