@@ -1,5 +1,6 @@
 #include "trainrt/runtime/shm_communicator.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "shm_group.hpp"
@@ -53,19 +54,26 @@ void ShmCommunicator::open_segment(bootstrap::Session& session) {
 void ShmCommunicator::wait_until_all_attached() {
   std::atomic_ref<std::uint32_t> attached(reinterpret_cast<Header*>(map_.data())->attached);
   attached.fetch_add(1, std::memory_order_acq_rel);
+  // Ranks still starting (PMIx_Init, loading) need the cores: spin briefly, yield a little, then
+  // sleep with a growing pause (up to 2 ms), never a yield storm of a hundred waiting ranks.
   const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(50);
   for (unsigned spins = 0; attached.load(std::memory_order_acquire) < size_; ++spins) {
     if (spins < spins_before_yield_) {
       cpu_relax();
       continue;
     }
-    if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > options_.timeout)
+    if (spins < spins_before_yield_ + 64) {
+      sched_yield();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - start > options_.timeout)
       throw PeerError({FailureKind::Timeout, {}, std::chrono::duration<double>(options_.timeout).count()},
                       fmt::format("rank {}: only {} of the node's {} ranks attached the shared-memory segment within {} ms",
                                   rank_, attached.load(), size_, options_.timeout.count()),
                       "shm");
-    if (spins < 4096) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(200));  // a late rank may still be starting
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
   }
 }
 
