@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Recovery time as an operator sees it (docs/recovery.md, figures in docs/performance.md): on a
 # private local Slurm cluster of network-namespace nodes, train.sbatch runs train-mlp (4 ranks on 2
-# nodes, --shard-optimizer, --ballast-mib of extra state) and every process of the job on trt-n2
-# is killed mid-run (its memory tier removed with it). Measured:
-# the kill to the first completed step after it, and the phases the recovery event records
+# nodes, --shard-optimizer, --ballast-mib of extra state) and trt-n2 is lost mid-run, by FAULT:
+#   kill    (default) every process of the job on trt-n2 is SIGKILLed, its memory tier removed
+#   link    trt-n2's link goes down (`ip -n trt-n2 link set eth0 down`): its processes live on, cut
+#           off, its tier stays on it but out of reach; the link comes back up once the recovery
+#           event is written (or after LINK_DOWN_S, default 120 s), and in the EXIT trap
+# Measured: the fault to the first completed step after it, and the phases the recovery event records
 # (detection, verdict, launch, bootstrap, restore and its tier, first step), for
 #   spare   memory tier + a spare node at the same world size (-N 3, TRAINRT_SPARES=1)
 #   shrink  memory tier, no spare: the rerun on trt-n1 alone (2 ranks), resharded from memory
@@ -14,8 +17,10 @@
 # machine's one trt-* cluster (cluster.sh removes trt-* namespaces it finds at start): never run it
 # beside a Slurm test; on a shared machine serialize both with one lock, e.g.
 #   flock /tmp/trainrt-heavy.lock bash benchmarks/recovery.sh build 2048 2
-# Usage: benchmarks/recovery.sh [BUILD_DIR] [BALLAST_MIB_TOTAL] [REPS] [SCENARIOS]
+# Usage: [FAULT=kill|link] benchmarks/recovery.sh [BUILD_DIR] [BALLAST_MIB_TOTAL] [REPS] [SCENARIOS]
 set -uo pipefail
+fault=${FAULT:-kill}
+[[ $fault == kill || $fault == link ]] || { echo "recovery.sh: FAULT='$fault' must be kill or link"; exit 1; }
 build=$(cd "${1:-build}" && pwd)
 ballast=${2:-2048} reps=${3:-2} scenarios=${4:-"spare shrink disk"}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,14 +35,14 @@ export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
 work=$(mktemp -d /var/tmp/recovery-bench.XXXXXX)
 # KEEP=1 keeps the runs' folders (outputs, metrics) for a look afterwards.
 # Jobs first: stopping the daemons alone leaves a running job's slurmstepd and trainers behind.
-trap 'timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
+trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 600 bash "$cluster" run "$@"; }
 export TRAINER=$trainer DOCTOR=$build/doctor/trainrt-doctor CKPT_TOOL=$build/checkpoint/trainrt-ckpt MAX_RERUNS=2
 # --hidden 2048: steps of about 0.1 s here, so a snapshot every 10 steps leaves time for its persist.
 base=(--device cpu --steps ${STEPS:-250} --shard-optimizer --hidden ${HIDDEN:-2048} --watchdog 2 --ballast-mib "$ballast")
 echo "# $(date -u +%FT%TZ), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, uptime:$(uptime);" \
-     "4 ranks on 2 nodes, ballast $ballast MiB in total, --watchdog 2"
+     "4 ranks on 2 nodes, ballast $ballast MiB in total, --watchdog 2, fault: $fault"
 
 # The uninterrupted run the spare scenario (same world size) must end equal to, bit for bit.
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | tail -1 | sed 's/.* params //'; }
@@ -125,18 +130,45 @@ run_one() {  # run_one SCENARIO ROUND
   fi
   local kill_at killed_after
   killed_after=$(step_count "$run")
-  rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
+  local recs_before
+  recs_before=$(grep -c '"event":"recovery"' "$run/out/metrics_rank0.jsonl" 2>/dev/null); recs_before=${recs_before:-0}
+  # A killed node's memory goes with it; a cut-off node keeps its tier, out of reach.
+  [[ $fault == kill ]] && rm -rf "$tiers/trt-n2"
   [[ $s == disk ]] && { sync; echo 3 >/proc/sys/vm/drop_caches; }
   kill_at=$(date +%s.%N)
-  kill -KILL $victims
+  if [[ $fault == kill ]]; then
+    kill -KILL $victims
+  else
+    ip -n trt-n2 link set eth0 down
+  fi
   kill -CONT $all 2>/dev/null
+  if [[ $fault == link ]]; then
+    # Down until the recovery event is written (the measurement is over) or LINK_DOWN_S; what
+    # Slurm makes of the cut-off node and the old step meanwhile goes to $run.slurm.
+    local up_at
+    for _ in $(seq 1 $(( ${LINK_DOWN_S:-120} * 2 ))); do
+      (( $(grep -c '"event":"recovery"' "$run/out/metrics_rank0.jsonl" 2>/dev/null) > recs_before )) && break
+      crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break
+      sleep 0.5
+    done
+    { echo "# $(date +%s.%N) link down for $(awk -v a="$kill_at" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+      crun squeue -s -j "$jobid"; crun sinfo -N -o '%N %T %E'
+      crun scontrol show job "$jobid" | grep -E 'JobState|NodeList'; } >"$run.slurm" 2>&1
+    sed "s/^/$s round $round, while down: /" "$run.slurm"
+    ip -n trt-n2 link set eth0 up
+    up_at=$(date +%s.%N)
+    echo "$s round $round: trt-n2's link down $(awk -v a="$kill_at" -v b="$up_at" 'BEGIN {printf "%.1f", b - a}') s;" \
+         "then: $(crun squeue -h -s -j "$jobid" -o '%i %T %N' 2>/dev/null | paste -sd';' -)"
+  fi
   for _ in $(seq 1 3000); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+  [[ $fault == link ]] && rm -rf "$tiers/trt-n2"   # left out of the job: tier-clean --job did not reach it
   local params
   params=$(final <"$run.out")
   echo "kill_at=$kill_at killed_after=$killed_after tier_bytes=${mem:-0} own_bytes=${own:-0}" >"$run.kill"
   rm -rf "$run/ckpt"  # gigabytes per run: KEEP=1 keeps outputs and metrics, never the checkpoints
-  python3 - "$s" "$round" "$kill_at" "$killed_after" "$run" "${mem:-0}" "${own:-0}" "$params" "$ref" <<'PY'
-import json, sys, glob, statistics
+  FAULT=$fault python3 - "$s" "$round" "$kill_at" "$killed_after" "$run" "${mem:-0}" "${own:-0}" "$params" "$ref" <<'PY'
+import json, sys, glob, statistics, os
+fault = os.environ.get("FAULT", "kill")
 s, rnd, kill_at, killed_after, run = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
 mem, own = int(float(sys.argv[6])), int(float(sys.argv[7]))
 params, ref = sys.argv[8], sys.argv[9]
@@ -151,11 +183,11 @@ ok = "training finished" in final
 after = [l for l in rec if l["wall"] > kill_at]
 others = len(rec) - (1 if after else 0)
 if not after:
-    print(f"{s:6} round {rnd}: no recovery after the kill (finished: {ok}, other recoveries {others})"); sys.exit(0)
+    print(f"{s:6} round {rnd}: no recovery after the {fault} (finished: {ok}, other recoveries {others})"); sys.exit(0)
 e = after[0]; p = e["phases"]; t = e["times"]
 if e["kind"] == "shrink": equal += " (world size changed: not expected equal)"
 stalls = [l["ckpt_stall_s"] for l in lines if l.get("event") == "step" and l.get("ckpt_stall_s", 0) > 0.001]
-row = {"scenario": s, "round": int(rnd), "killed_after_step": int(killed_after), "restored_step": e["restored_step"],
+row = {"scenario": s, "fault": fault, "round": int(rnd), "killed_after_step": int(killed_after), "restored_step": e["restored_step"],
        "source": e["restore_source"], "moved_copies": e["moved_copies"], "kind": e["kind"], "finished": ok,
        "kill_to_first_step_s": t["first_step_done"] - kill_at, "fault_to_detect_s": t["detected_at"] - kill_at,
        "phases": p, "tier_bytes_node2": mem, "own_shard_bytes_node2": own,
@@ -163,7 +195,7 @@ row = {"scenario": s, "round": int(rnd), "killed_after_step": int(killed_after),
        "params_vs_uninterrupted": equal}
 print(json.dumps(row), file=open(f"{run}.json", "w"))
 mem_ratio = f"{mem / own:.2f}x" if own else "-"
-print(f"{s:6} round {rnd}: kill after step {killed_after} -> first step {row['kill_to_first_step_s']:6.2f} s"
+print(f"{s:6} round {rnd}: {fault} after step {killed_after} -> first step {row['kill_to_first_step_s']:6.2f} s"
       f" (detect {row['fault_to_detect_s']:.2f}, verdict {p['verdict_s']:.2f}, launch {p['launch_s']:.2f},"
       f" bootstrap {p['bootstrap_s']:.2f}, restore {p['restore_s']:.2f} {e['restore_source']} step {e['restored_step']},"
       f" first step {p['first_step_s']:.2f}); {e['kind']}, {e['moved_copies']} shards moved; tier/own on trt-n2 {mem_ratio};"
@@ -177,13 +209,13 @@ done
 python3 - "$work" <<'PY'
 import json, glob, statistics, sys
 rows = [json.loads(open(f).read()) for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
-print("# medians over rounds: kill -> first step, and the restore phase")
+print("# medians over rounds: fault -> first step, and the restore phase")
 for s in ("spare", "shrink", "disk"):
     r = [x for x in rows if x["scenario"] == s]
     if not r: continue
     med = lambda k: statistics.median(x[k] for x in r)
     restore = statistics.median(x["phases"]["restore_s"] for x in r)
-    print(f"{s:6}  {len(r)} runs  kill->first step {med('kill_to_first_step_s'):.2f} s  restore {restore:.3f} s"
+    print(f"{s:6}  {len(r)} runs  fault->first step {med('kill_to_first_step_s'):.2f} s  restore {restore:.3f} s"
           f"  sources {sorted(set(x['source'] for x in r))}"
           f"  other recoveries {sum(x['other_recoveries'] for x in r)}")
 restore = lambda s: statistics.median(x["phases"]["restore_s"] for x in rows if x["scenario"] == s)

@@ -1,8 +1,10 @@
 // The bootstrap's steps at scale, one srun --mpi=pmix per run (benchmarks/scale.sh drives it):
 //   scale_bench floor [--reps R]  cold: PMIx_Init + one data-free fence, from main();
 //                                 warm: a data-free fence; a fence collecting 8 bytes per rank
-//   scale_bench init [--reps R]   cold: trainrt::init() to a ready world (host backend up, device
-//                                 communicator off), from main();
+//   scale_bench init [--reps R] [--device-placement]
+//                                 cold: trainrt::init() to a ready world (host backend up; device
+//                                 communicator off, or with --device-placement the GPU agreement
+//                                 of a NCCL build), from main();
 //                                 warm: the session's barrier, broadcast and allgather of 8 bytes
 //                                 (allgather up to 256 ranks); NCCL unique id from one root, from
 //                                 ceil(N/256) roots (after one untimed exchange of each);
@@ -192,11 +194,13 @@ int run_floor(double main_at, double cpu_at_main, int reps) {
   return 0;
 }
 
-int run_init(double main_at, double cpu_at_main, int reps, const std::string& ckpt_root) {
+int run_init(double main_at, double cpu_at_main, int reps, const std::string& ckpt_root, bool device_placement) {
   Samples s;
   s.main_at = main_at;
   trainrt::InitOptions io;
-  io.nccl = trainrt::DeviceComm::Off;
+  // --device-placement: a NCCL build's init also agrees on every rank's GPU (without GPUs here it
+  // ends in "device collectives off"): the agreement a GPU job pays before NCCL's own init.
+  io.nccl = device_placement ? trainrt::DeviceComm::Auto : trainrt::DeviceComm::Off;
   io.bootstrap.quiet = true;
   auto rt = trainrt::init(io);
   s.ready_at = wall_ms();
@@ -249,6 +253,7 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   int reps = 5;
   std::string ckpt_root = "/dev/shm";
+  bool device_placement = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -259,13 +264,15 @@ int main(int argc, char** argv) {
       if (hold_s < 1 || hold_s > 600) die(fmt::format("--hold '{}' is not a number of seconds from 1 to 600", argv[i]));
     } else if (a == "--ckpt-dir" && i + 1 < argc) {
       ckpt_root = argv[++i];
+    } else if (a == "--device-placement") {
+      device_placement = true;
     } else {
-      die(fmt::format("unknown argument '{}'; usage: scale_bench floor|init [--reps R] [--ckpt-dir DIR] [--hold S]", a));
+      die(fmt::format("unknown argument '{}'; usage: scale_bench floor|init [--reps R] [--ckpt-dir DIR] [--hold S] [--device-placement]", a));
     }
   }
   try {
     if (mode == "floor") return run_floor(main_at, cpu_at_main, reps);
-    if (mode == "init") return run_init(main_at, cpu_at_main, reps, ckpt_root);
+    if (mode == "init") return run_init(main_at, cpu_at_main, reps, ckpt_root, device_placement);
   } catch (const std::exception& e) {
     die(e.what());
   }

@@ -32,8 +32,10 @@ int env_int(const char* name, int fallback) {
 }
 
 // Decides, the same way on every rank, whether NCCL can run: every rank names its GPU's PCI bus
-// id through the bootstrap, and ranks without one, or two ranks of a node on one GPU, rule it out.
-// Returns "" when it can, else why not. A collective call: every rank makes it.
+// id, rank 0 reads them all (a gather through the node leaders: no rank reads N blobs, as an
+// allgather would make every rank do) and tells everyone its verdict. Ranks without a GPU, or two
+// ranks of a node on one GPU, rule NCCL out. Returns "" when it can, else why not. A collective
+// call: every rank makes it, and a malformed identity fails every rank alike.
 std::string device_placement(Runtime& rt, bootstrap::Session& session) {
   rt.cuda_device = pick_cuda_device(rt.local_rank);
   const std::string bus = gpu_bus_id(rt.cuda_device);
@@ -41,18 +43,31 @@ std::string device_placement(Runtime& rt, bootstrap::Session& session) {
   std::vector<std::uint8_t> mine(sizeof node);
   std::memcpy(mine.data(), &node, sizeof node);
   mine.insert(mine.end(), bus.begin(), bus.end());
-  std::vector<RankGpu> all;
-  const auto blobs = session.allgather(mine);
-  for (unsigned r = 0; r < blobs.size(); ++r) {
-    if (blobs[r].size() < sizeof node || blobs[r].size() > sizeof node + 64)
-      throw Error(fmt::format("rank {} sent a {}-byte GPU identity", r, blobs[r].size()), "init");
-    RankGpu g;
-    g.rank = r;
-    std::memcpy(&g.node, blobs[r].data(), sizeof node);
-    g.bus_id.assign(blobs[r].begin() + sizeof node, blobs[r].end());
-    all.push_back(std::move(g));
+  const auto blobs = session.gather(mine, 0);
+  std::string verdict;  // 'P' + why NCCL cannot run ("P" alone: it can), or 'E' + the error
+  if (session.rank() == 0) {
+    try {
+      std::vector<RankGpu> all;
+      for (unsigned r = 0; r < blobs.size(); ++r) {
+        if (blobs[r].size() < sizeof node || blobs[r].size() > sizeof node + 64)
+          throw Error(fmt::format("rank {} sent a {}-byte GPU identity", r, blobs[r].size()), "init");
+        RankGpu g;
+        g.rank = r;
+        std::memcpy(&g.node, blobs[r].data(), sizeof node);
+        g.bus_id.assign(blobs[r].begin() + sizeof node, blobs[r].end());
+        all.push_back(std::move(g));
+      }
+      verdict = "P" + nccl_placement_problem(all).value_or("");
+    } catch (const std::exception& e) {
+      verdict = std::string("E") + e.what();
+    }
   }
-  return nccl_placement_problem(all).value_or("");
+  const auto got = session.broadcast({reinterpret_cast<const std::uint8_t*>(verdict.data()), verdict.size()}, 0);
+  verdict.assign(got.begin(), got.end());
+  if (verdict.empty() || (verdict[0] != 'P' && verdict[0] != 'E'))
+    throw Error(fmt::format("rank 0 sent a {}-byte GPU placement verdict", verdict.size()), "init");
+  if (verdict[0] == 'E') throw Error("rank 0 could not read every rank's GPU: " + verdict.substr(1), "init");
+  return verdict.substr(1);
 }
 
 }  // namespace
