@@ -158,7 +158,7 @@ run_one() {  # run_one SCENARIO ROUND
     ip -n trt-n2 link set eth0 up
     up_at=$(date +%s.%N)
     echo "$s round $round: trt-n2's link down $(awk -v a="$kill_at" -v b="$up_at" 'BEGIN {printf "%.1f", b - a}') s;" \
-         "then: $(crun squeue -h -s -j "$jobid" -o '%i %T %N' 2>/dev/null | paste -sd';' -)"
+         "then: $(crun squeue -h -s -j "$jobid" -o '%i %N' 2>/dev/null | paste -sd';' -)"
   fi
   for _ in $(seq 1 3000); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
   [[ $fault == link ]] && rm -rf "$tiers/trt-n2"   # left out of the job: tier-clean --job did not reach it

@@ -3,7 +3,6 @@ says what it guarantees)."""
 from __future__ import annotations
 
 import io
-import os
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -17,12 +16,12 @@ from torch.futures import Future
 
 from . import _dcp_meta, _trainrt
 from ._trainrt import CheckpointError, UsageError
-from .dcp import _TYPED, ATTACHMENT, StorageInfo, _bytes_of, _fspath, _log, _need_path, _resolve, _step_arg, committed_steps
+from .dcp import _TYPED, ATTACHMENT, _CheckpointId, StorageInfo, _bytes_of, _fspath, _log, _need_path, _resolve, _step_arg, committed_steps
 
 Candidate = Tuple[int, Any, Metadata]  # step, its _trainrt.StepReader, its DCP metadata
 
 
-class Reader(StorageReader):
+class Reader(_CheckpointId, StorageReader):
     """DCP StorageReader of trainrt steps at `path` (see trainrt.dcp).
 
     step: load exactly this step (no fallback), else the checkpoint_id's step, else the newest
@@ -224,14 +223,6 @@ class Reader(StorageReader):
                                  f"of {tuple(target.size())}")
             target.copy_(src)
             planner.commit_tensor(req, target)
-
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return isinstance(checkpoint_id, (str, bytes, os.PathLike))
 
 
 def _same_layout(a: Metadata, b: Metadata) -> bool:

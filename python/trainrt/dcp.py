@@ -139,7 +139,21 @@ def _bytes_of(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8)
 
 
-class Writer(StorageWriter, AsyncStager):
+class _CheckpointId:
+    """What DCP asks of a Writer and a Reader alike about checkpoint ids: the directory is the id."""
+
+    path: Optional[str]
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
+        return isinstance(checkpoint_id, (str, bytes, os.PathLike))
+
+
+class Writer(_CheckpointId, StorageWriter, AsyncStager):
     """DCP StorageWriter into trainrt's format at `path` (see the module docstring).
 
     step: the step to write (else from checkpoint_id, else newest committed + 1). keep_last:
@@ -279,14 +293,6 @@ class Writer(StorageWriter, AsyncStager):
 
     def storage_meta(self) -> Optional[StorageMeta]:
         return StorageMeta(checkpoint_id=self.path)
-
-    @property
-    def checkpoint_id(self) -> str:
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: Any) -> bool:
-        return isinstance(checkpoint_id, (str, bytes, os.PathLike))
 
     # ---------------------------------------------------------------- async_save's staging
     _synchronize_after_execute = False  # stage() returns a finished copy
