@@ -35,7 +35,10 @@ export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
 work=$(mktemp -d /var/tmp/recovery-bench.XXXXXX)
 # KEEP=1 keeps the runs' folders (outputs, metrics) for a look afterwards.
 # Jobs first: stopping the daemons alone leaves a running job's slurmstepd and trainers behind.
-trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
+# The memory tiers of the jobs submitted here go too: a job cut short leaves its tier, and the next
+# cluster numbers its jobs from 1 again (a stale tier of the same job id would pass for the new one's).
+submitted=""
+trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; for j in $submitted; do rm -rf "/dev/shm/trainrt-$(id -u)/job-$j"; done; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 600 bash "$cluster" run "$@"; }
 export TRAINER=$trainer DOCTOR=$build/doctor/trainrt-doctor CKPT_TOOL=$build/checkpoint/trainrt-ckpt MAX_RERUNS=2
@@ -91,6 +94,7 @@ run_one() {  # run_one SCENARIO ROUND
   export RUN_DIR=$run
   jobid=$(crun sbatch --parsable -N $nodes --ntasks-per-node=2 --export=ALL,TRAINRT_SPARES=$spares \
           --train-runtime=policy=numa,bind=off -o "$run.out" "$repo/slurm_examples/train.sbatch" "${args[@]}")
+  submitted+=" $jobid"
   # The 4 trainers first (the kill must find them), then the moment the newest checkpoint at or past
   # step `at` is complete: with the memory tier its manifest and all 4 shards on trt-n1 and trt-n2
   # (each node's own and its buddy copies), else the directory's manifest. The job is frozen

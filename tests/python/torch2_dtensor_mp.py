@@ -97,6 +97,10 @@ def rank_main(phase, d, arg=None):
             got = mesh_mgr.restore()
             wrong = [n for n, dt in dts.items() if not torch.equal(dt.full_tensor(), global_value(torch, n, 7))]
             print(f"rank {rank} MESH {got} {'EQUAL' if not wrong else 'DIFFERENT ' + ','.join(wrong)}", flush=True)
+    # full_tensor() and the restores leave gloo work that torch's worker threads release later;
+    # released during the interpreter's exit it aborts the rank ("terminate called without an
+    # active exception", as in torch2_dcp_mp.py): wait for it here.
+    dist.barrier()
     mgr.close()
     mesh_mgr.close()
     dist.destroy_process_group()
