@@ -41,6 +41,12 @@ out=$(crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$
 if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1|2,3|4,5|6,7\]$' <<<"$out") -eq 8 ]]; then
   pass "across 4 nodes: allgather, gather to every root, gather_from, broadcast; every rank sees nodes [0,1|2,3|4,5|6,7]"
 else fail "4-node bootstrap collectives (srun rc=$rc)" "$(tail -8 <<<"$out")"; fi
+# 20 ranks (overcommitted: a node has 2 cores): past 16 an allgather is a gather through the node
+# leaders plus one broadcast.
+out=$(crun srun -N 4 -n 20 --overcommit --distribution=block --mpi=pmix --kill-on-bad-exit=1 "$build/tests/bootstrap/session_mp" 2>&1); rc=$?
+if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1,2,3,4|5,6,7,8,9|10,11,12,13,14|15,16,17,18,19\]$' <<<"$out") -eq 20 ]]; then
+  pass "across 4 nodes at 20 ranks: the same collectives through the node leaders"
+else fail "4-node bootstrap collectives at 20 ranks (srun rc=$rc)" "$(tail -8 <<<"$out")"; fi
 
 # ---------------------------------------------------------------- a checkpoint committed by 8 ranks
 d=$work/ckpt
