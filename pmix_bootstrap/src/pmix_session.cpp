@@ -232,35 +232,11 @@ class PmixSession final : public Session {
     // lock is held for one Get at a time, never across a pause: another thread of this process
     // (a communicator built at its first use, a checkpoint's agreement) may need the session to
     // publish what the owner is waiting for, or to join a fence the owner is in.
-    const std::string full = "trainrt.kv." + key;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
-    auto pause = std::chrono::milliseconds(1);
-    pmix_proc_t peer;
-    PMIX_LOAD_PROCID(&peer, me_.nspace, owner);
-    while (true) {
-      InfoArray info(2);
-      bool refresh = true;
-      PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
-      PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
-      ValuePtr v;
-      pmix_status_t rc;
-      {
-        std::lock_guard lock(mutex_);
-        rc = PMIx_Get(&peer, full.c_str(), info.get(), info.size(), &v.v);
-      }
-      if (rc == PMIX_SUCCESS && v.v->type == PMIX_BYTE_OBJECT) {
-        const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
-        return Blob(bytes, bytes + v.v->data.bo.size);
-      }
-      if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_SUCCESS)
-        throw Error(fmt::format("rank {} could not look up '{}' from rank {}: {}", me_.rank, key, owner, status(rc)),
-                    "bootstrap");
-      if (std::chrono::steady_clock::now() > deadline)
-        throw Error(fmt::format("rank {} never published '{}' (waited {} s for rank {})", owner, key, timeout_, me_.rank),
-                    "bootstrap");
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(50));
-    }
+    return poll_key(owner, "trainrt.kv." + key, false, std::chrono::microseconds(1000), std::chrono::microseconds(50000),
+                    [&](pmix_status_t rc) {
+                      return fmt::format("rank {} could not look up '{}' from rank {}: {}", me_.rank, key, owner, status(rc));
+                    },
+                    [&] { return fmt::format("rank {} never published '{}' (waited {} s for rank {})", owner, key, timeout_, me_.rank); });
   }
 
  private:
@@ -288,31 +264,47 @@ class PmixSession final : public Session {
 
   // A local peer's PMIX_LOCAL value: polled like lookup(), since the peer may not have put it yet.
   Blob wait_for_local(unsigned peer_rank, const std::string& key) {
+    return poll_key(peer_rank, key, true, std::chrono::microseconds(100), std::chrono::microseconds(20000),
+                    [&](pmix_status_t rc) {
+                      return fmt::format("node leader {} could not read '{}' of rank {}: {}", me_.rank, key, peer_rank, status(rc));
+                    },
+                    [&] {
+                      return fmt::format("rank {} never handed '{}' to its node leader {} (waited {} s)", peer_rank, key,
+                                         me_.rank, timeout_);
+                    });
+  }
+
+  // Polls rank `owner`'s `key`, refreshing the cache, until it appears (an empty value counts) or
+  // the session's timeout passes; the pause doubles up to `max_pause`. `locked`: the caller holds
+  // the mutex, else it is taken for each Get alone, never across a pause.
+  template <typename Failed, typename Never>
+  Blob poll_key(unsigned owner, const std::string& key, bool locked, std::chrono::microseconds pause,
+                std::chrono::microseconds max_pause, Failed failed, Never never) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_);
-    auto pause = std::chrono::microseconds(100);
     pmix_proc_t peer;
-    PMIX_LOAD_PROCID(&peer, me_.nspace, peer_rank);
+    PMIX_LOAD_PROCID(&peer, me_.nspace, owner);
     while (true) {
       InfoArray info(2);
       bool refresh = true;
       PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
       PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
       ValuePtr v;
-      const pmix_status_t rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
+      pmix_status_t rc;
+      if (locked) {
+        rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
+      } else {
+        std::lock_guard lock(mutex_);
+        rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
+      }
       if (rc == PMIX_SUCCESS && v.v->type == PMIX_BYTE_OBJECT) {
         const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
         return Blob(bytes, bytes + v.v->data.bo.size);
       }
       if (rc == PMIX_SUCCESS && v.v->type == PMIX_UNDEF) return {};
-      if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_SUCCESS)
-        throw Error(fmt::format("node leader {} could not read '{}' of rank {}: {}", me_.rank, key, peer_rank, status(rc)),
-                    "bootstrap");
-      if (std::chrono::steady_clock::now() > deadline)
-        throw Error(fmt::format("rank {} never handed '{}' to its node leader {} (waited {} s)", peer_rank, key,
-                                me_.rank, timeout_),
-                    "bootstrap");
+      if (rc != PMIX_ERR_NOT_FOUND && rc != PMIX_SUCCESS) throw Error(failed(rc), "bootstrap");
+      if (std::chrono::steady_clock::now() > deadline) throw Error(never(), "bootstrap");
       std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(20000));
+      pause = std::min(pause * 2, max_pause);
     }
   }
 
