@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -43,6 +44,16 @@ void unpack_node_bundle(const Blob& bundle, unsigned leader, std::vector<Blob>& 
     filled[rank] = true;
     at += bytes;
   }
+}
+
+std::vector<Blob> unpack_node_bundles(const std::vector<std::pair<unsigned, Blob>>& bundles, unsigned world,
+                                      const std::string& what) {
+  std::vector<Blob> out(world);
+  std::vector<bool> filled(world, false);
+  for (const auto& [sender, bundle] : bundles) unpack_node_bundle(bundle, sender, out, filled);
+  if (const auto gap = std::find(filled.begin(), filled.end(), false); gap != filled.end())
+    throw Error(fmt::format("{}: no bundle carried rank {}'s blob", what, gap - filled.begin()), "bootstrap");
+  return out;
 }
 
 }  // namespace trainrt::bootstrap

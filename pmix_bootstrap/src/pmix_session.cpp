@@ -135,20 +135,11 @@ class PmixSession final : public Session {
     }
     const std::vector<unsigned> leaders = me_.rank == 0 ? node_leaders() : std::vector<unsigned>{};
     std::lock_guard lock(mutex_);  // one collective: no other thread's call between its two fences
-    const std::vector<Blob> all = gather_locked(mine, 0, leaders);
-    Blob bundle;
-    if (me_.rank == 0) {
-      std::vector<std::pair<unsigned, Blob>> every;
-      for (unsigned r = 0; r < size_; ++r) every.emplace_back(r, all[r]);
-      bundle = pack_node_bundle(every);
-    }
-    const Blob got = broadcast_locked(bundle, 0);
-    std::vector<Blob> out(size_);
-    std::vector<bool> filled(size_, false);
-    unpack_node_bundle(got, 0, out, filled);
-    if (const auto gap = std::find(filled.begin(), filled.end(), false); gap != filled.end())
-      throw Error(fmt::format("allgather: rank 0's bundle has no blob of rank {}", gap - filled.begin()), "bootstrap");
-    return out;
+    // On rank 0 the leaders' bundles one after another are one bundle of every rank's blob: passed
+    // on as they came, checked by every rank alike after the broadcast.
+    Blob all;
+    for (const auto& [leader, bundle] : leader_bundles_locked(mine, 0, leaders)) all.insert(all.end(), bundle.begin(), bundle.end());
+    return unpack_node_bundles({{0, broadcast_locked(all, 0)}}, size_, "allgather");
   }
 
   Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
@@ -171,13 +162,8 @@ class PmixSession final : public Session {
     if (root >= size_) throw Error(fmt::format("gather root {} outside a world of {}", root, size_), "bootstrap");
     const std::vector<unsigned> leaders = me_.rank == root && peers_known_ ? node_leaders() : std::vector<unsigned>{};
     std::lock_guard lock(mutex_);
-    return gather_locked(mine, root, leaders);
-  }
-
-  // `leaders`: every node's lowest rank, on the root (node_leaders(), read before the lock).
-  std::vector<Blob> gather_locked(std::span<const std::uint8_t> mine, unsigned root, const std::vector<unsigned>& leaders) {
-    const std::string key = next_key();
     if (!peers_known_) {  // no node map from PMIx: every rank's blob goes to the root itself
+      const std::string key = next_key();
       put(key, mine);
       fence(true, key);
       std::vector<Blob> out;
@@ -185,6 +171,17 @@ class PmixSession final : public Session {
         for (unsigned r = 0; r < size_; ++r) out.push_back(get_blob(r, key));
       return out;
     }
+    const auto bundles = leader_bundles_locked(mine, root, leaders);
+    if (me_.rank != root) return {};
+    return unpack_node_bundles(bundles, size_, fmt::format("gather to {}", root));
+  }
+
+  // Every rank hands its blob to its node's leader, every leader puts its node's bundle into one
+  // fence; the root returns each leader's bundle beside the leader (`leaders`: every node's lowest
+  // rank, node_leaders(), read before the lock), the others nothing.
+  std::vector<std::pair<unsigned, Blob>> leader_bundles_locked(std::span<const std::uint8_t> mine, unsigned root,
+                                                               const std::vector<unsigned>& leaders) {
+    const std::string key = next_key();
     const unsigned my_leader = *std::min_element(local_peers_.begin(), local_peers_.end());
     if (me_.rank != my_leader) {
       put(key + ".own", mine, PMIX_LOCAL);
@@ -195,13 +192,9 @@ class PmixSession final : public Session {
       put(key, pack_node_bundle(node));
     }
     fence(true, key);
-    std::vector<Blob> out;
-    if (me_.rank != root) return out;
-    out.resize(size_);
-    std::vector<bool> filled(size_, false);
-    for (unsigned leader : leaders) unpack_node_bundle(get_blob(leader, key), leader, out, filled);
-    if (const auto gap = std::find(filled.begin(), filled.end(), false); gap != filled.end())
-      throw Error(fmt::format("gather to {}: no node leader sent rank {}'s blob", root, gap - filled.begin()), "bootstrap");
+    std::vector<std::pair<unsigned, Blob>> out;
+    if (me_.rank == root)
+      for (unsigned leader : leaders) out.emplace_back(leader, get_blob(leader, key));
     return out;
   }
 

@@ -55,3 +55,20 @@ TEST_CASE("a crafted bundle is an error naming its leader: cut, oversized, outsi
   std::memcpy(huge.data() + 4, &lie, sizeof lie);
   refused(huge, std::vector<bool>(4), "4294967295 bytes for rank 1");
 }
+
+TEST_CASE("bundles of every node make the world; a rank no bundle carries is named") {
+  const auto all = unpack_node_bundles({{0, pack_node_bundle({{0, bytes({1})}, {1, {}}})}, {2, pack_node_bundle({{2, bytes({3})}})}},
+                                       3, "gather to 0");
+  CHECK(all == std::vector<Blob>{bytes({1}), {}, bytes({3})});
+  // Concatenated bundles are one bundle (what an allgather's root passes on).
+  Blob joined = pack_node_bundle({{1, bytes({5})}});
+  const Blob more = pack_node_bundle({{0, bytes({4})}});
+  joined.insert(joined.end(), more.begin(), more.end());
+  CHECK(unpack_node_bundles({{0, joined}}, 2, "allgather") == std::vector<Blob>{bytes({4}), bytes({5})});
+  try {
+    unpack_node_bundles({{0, pack_node_bundle({{0, bytes({1})}, {2, {}}})}}, 3, "gather to 0");
+    FAIL("a world with a missing rank was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("gather to 0: no bundle carried rank 1's blob"));
+  }
+}

@@ -12,8 +12,8 @@ namespace trainrt {
 // How the members learn each other's Gloo addresses.
 //  Exchange: one allgather of `session` (a PMIx fence with data; through a SubSession every rank of
 //    the parent makes it, members or not). No per-peer lookups: a leader of n nodes costs one fence,
-//    where lookups cost n - 1 direct-modex round trips, which Slurm 22.05 stalled for ~24 s at 32
-//    nodes (docs/scale.md).
+//    where lookups cost n - 1 direct-modex round trips (64 ranks on 32 nodes: init 0.4-0.5 s
+//    against 1.2-2.3 s with lookups, docs/scale.md).
 //  Lookups: every member publishes its addresses and reads the others' keys; no fence, so it may run
 //    while other threads of the process use the session (a group built at its first use).
 enum class GlooRendezvous { Exchange, Lookups };
