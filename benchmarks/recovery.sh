@@ -49,10 +49,12 @@ echo "# $(date -u +%FT%TZ), $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}')
 
 # The uninterrupted run the spare scenario (same world size) must end equal to, bit for bit.
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | tail -1 | sed 's/.* params //'; }
-ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${base[@]}" \
-      --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
+crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${base[@]}" \
+  --ckpt-dir "$work/ref/c" --out "$work/ref/o" >"$work/ref.out" 2>&1
+ref=$(final <"$work/ref.out")
 rm -rf "$work/ref"
-echo "# uninterrupted run, 4 ranks on 2 nodes: params ${ref:-(none: the run failed)}"
+echo "# uninterrupted run, 4 ranks on 2 nodes: params ${ref:-(none: the run failed; its last lines follow)}"
+[[ -n $ref ]] || tail -n 15 "$work/ref.out" | sed 's/^/#   /'
 
 pids_on() {  # the trainer processes of job $1 on node $2
   local pid

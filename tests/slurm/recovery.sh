@@ -9,7 +9,10 @@
 #      metrics hold a recovery event with its phases, and the job's memory tier is gone at the end;
 #  (b) the same, with trt-n1's buddy copies of trt-n2's ranks corrupted before the restore: the
 #      memory tier's step is refused with the reason logged and the directory's step restores,
-#      still bitwise equal at the end.
+#      still bitwise equal at the end;
+#  (c) trt-n2's link taken down instead (its processes alive, cut off): srun never hears the end of
+#      its tasks, train.sbatch probes its slurmd, gets no answer and gives srun up at once (not
+#      after STEP_END_WAIT), and the recovery goes on as in (a), bitwise equal at the end.
 # Usage: recovery.sh BUILD_DIR. Exit 77 (skipped) when not root.
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -23,6 +26,8 @@ for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not
 
 source "$repo/tests/slurm/harness.sh"
 cluster_harness recovery 7967 7968
+trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+fault=kill
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 300 bash "$cluster" run "$@"; }
 tier_root=/dev/shm/trainrt-$(id -u)
@@ -94,16 +99,34 @@ run_case() {  # run_case NAME [command run while frozen...]
   fi
   tiers=$(echo "$tier_root/job-$jobid"/ckpt-*)
   "$@"
-  rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
-  kill_at=$(date +%s.%N)
-  kill -KILL $victims
+  if [[ $fault == kill ]]; then
+    rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
+    kill_at=$(date +%s.%N)
+    kill -KILL $victims
+  else
+    kill_at=$(date +%s.%N)
+    ip -n trt-n2 link set eth0 down      # cut off: its processes and its tier live on, out of reach
+  fi
   killed_after=$(grep -c '"event":"step"' "$RUN_DIR/out/metrics_rank0.jsonl")
   kill -CONT $all 2>/dev/null
+  if [[ $fault == link ]]; then
+    # Up again once the recovery event is written: the old step then ends on trt-n2 too.
+    for _ in $(seq 1 600); do grep -q '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" && break; sleep 0.1; done
+    ip -n trt-n2 link set eth0 up
+  fi
   for _ in $(seq 1 900); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
   out=$(cat "$work/$name.out")
   echo "$out" | grep -E '^(doctor: (verdict|never)|train.sbatch|step failed|training finished|checkpoint: (restored|skipped)|memory tier: (removed|job)|FINAL)' |
     sed 's/^/  | /'
   job_tier=$tier_root/job-$jobid
+}
+phases() {  # phases EVENT FAULT: the time from the fault to the first step, and the recovery's phases
+  python3 -c "
+import json, sys
+e = json.loads(sys.argv[1]); k = float(sys.argv[2])
+p = e['phases']; t = e['times']
+print('  | from the %s: %.2f s to the first step (' % (sys.argv[3], t['first_step_done'] - k) + ', '.join('%s %.2f' % (n[:-2], v) for n, v in p.items()) + ')')
+" "$1" "$kill_at" "$2"
 }
 corrupt_buddy_copies() {  # every copy trt-n1 holds of ranks 2 and 3
   local f
@@ -121,12 +144,7 @@ if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && [[ -n $restored && $restore
    [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
    grep -q '"restore_source":"memory"' <<<"$event" && grep -q '"kind":"spare"' <<<"$event" && [[ ! -e $job_tier ]]; then
   pass "trt-n2's ranks killed after step $killed_after: trt-n3 took its place (4 ranks), step $restored restored from memory ($moved shards from buddy copies), final params bitwise equal; tier removed at the end"
-  python3 -c "
-import json, sys
-e = json.loads(sys.argv[1]); k = float(sys.argv[2])
-p = e['phases']; t = e['times']
-print('  | from the kill: %.2f s to the first step (' % (t['first_step_done'] - k) + ', '.join('%s %.2f' % (n[:-2], v) for n, v in p.items()) + ')')
-" "$event" "$kill_at"
+  phases "$event" kill
 else fail "spare + memory tier" "restored='$restored' moved='$moved' final='$(final <<<"$out")' tier left: $(ls -d "$job_tier" 2>/dev/null)" \
   "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
@@ -138,6 +156,20 @@ if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -qE "restored step [0-
   pass "trt-n2's ranks killed after step $killed_after and trt-n1's buddy copies of them corrupted: the memory tier's step refused, reason logged, the directory's step restored, final params bitwise equal"
   grep -m1 -oE "skipped step [0-9]+ in the memory tier: .{0,160}" <<<"$out" | sed 's/^/  | /'
 else fail "corrupted buddy copy" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
+
+# ---------------------------------------------------------------- (c) trt-n2 cut off
+# Its link down, its ranks alive: srun cannot hear their end, so train.sbatch probes trt-n2's slurmd
+# and, with no answer, gives srun up at once (not after STEP_END_WAIT, set far out of reach here).
+fault=link; export STEP_END_WAIT=120
+run_case link
+event=$(grep '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" | tail -1)
+rm -rf "$job_tier"  # trt-n2's part: left out of the job, the next job there cleans it (tier-clean --finished)
+if grep -qE "srun heard no end of the tasks on trt-n2, whose slurmd \([0-9.]+:7968\) accepted no connection" <<<"$out" &&
+   grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -q '"restore_source":"memory"' <<<"$event" &&
+   [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out"; then
+  pass "trt-n2's link down after step $killed_after: its slurmd did not answer the probe, trt-n3 took its place, restored from memory, final params bitwise equal"
+  phases "$event" "link down"
+else fail "link down" "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
 echo "recovery: $passed passed, $failed failed"
 exit $((failed > 0))
