@@ -12,7 +12,7 @@
 # Every run is one srun bounded by --step-timeout; the load average and the measured node-to-node
 # round trip are recorded beside every figure. Output: OUT/raw.tsv (one line per figure and run),
 # OUT/summary.txt (medians, ratios to the bare fence measured in the same point).
-# Usage: benchmarks/scale.sh [--plan default|quick|FILE] [--reps R] [--out DIR] [--build DIR]
+# Usage: benchmarks/scale.sh [--plan default|quick|model|FILE] [--reps R] [--out DIR] [--build DIR]
 #                            [--torch-max N] [--torch-python PY] [--baseline-lib DIR]
 #                            [--baseline-max N] [--step-timeout S] [--budget S]
 # A plan FILE holds "ranks nodes delay_us [reps]" lines (reps: default --reps). The default plan is
@@ -54,6 +54,12 @@ out=$(cd "$out" && pwd)
 points=()
 case $plan in
   quick) points=("64 4 0 1" "64 4 100 1" "256 8 0 1") ;;
+  model)
+    # Points to fit and check the model on (docs/scale.md "The model"), 3 runs each, no 32 nodes
+    # (~7 min here): 256 ranks on 1..16 nodes, 64..1,024 ranks on 8 and 16 nodes, delays 20 and 100 us.
+    for n in 1 2 4 8 16; do points+=("256 $n 0 3"); done
+    points+=("64 8 0 3" "128 8 0 3" "512 8 0 3" "128 16 0 3" "512 16 0 3" "1024 16 0 3")
+    points+=("64 4 100 3" "128 4 100 3" "256 8 100 3" "256 16 100 3" "128 4 20 3" "256 8 20 3" "512 16 20 3") ;;
   default)
     # What docs/scale.md reports (~12 min here): 64..1,024 ranks on 16 nodes, 64 and 2,048 on 32,
     # 256 ranks on 1..8 nodes, 16 and 32 ranks where torch runs too, link delays 20 and 100 us.
@@ -61,7 +67,7 @@ case $plan in
     for n in 1 2 4 8; do points+=("256 $n 0 1"); done
     points+=("16 4 0 $reps" "32 8 0 1" "64 4 100 1" "256 16 100 1" "256 8 20 1") ;;
   *)
-    [[ -f $plan ]] || die "--plan '$plan': default, quick or a file of 'ranks nodes delay_us [reps]' lines"
+    [[ -f $plan ]] || die "--plan '$plan': default, quick, model or a file of 'ranks nodes delay_us [reps]' lines"
     while read -r a b c e; do [[ -z $a || $a == \#* ]] || points+=("$a $b ${c:-0} ${e:-$reps}"); done < "$plan" ;;
 esac
 max_nodes=1
