@@ -275,7 +275,9 @@ void Manager::Impl::persist(std::uint64_t step, double stall, Clock::time_point 
   if (tier_everywhere) memory = persist_memory(step, w.get(), prepare_error, fingerprints, metadata);
   if (tier_everywhere && rank == 0)
     log(fmt::format("memory tier: step {} {} ({:.3f} s){}", step,
-                    memory.committed ? (memory.buddies ? "in memory on every node, with buddy copies" : "in memory on every node")
+                    memory.committed ? (memory.buddies ? (opts.memory_tier.parity_group >= 2 ? "in memory on every node, with parity"
+                                                                                       : "in memory on every node, with buddy copies")
+                                        : "in memory on every node")
                                      : "not in memory: " + memory.error,
                     memory.seconds, to_disk ? "" : ", snapshot"));
   if (!to_disk) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -48,6 +49,27 @@ constexpr std::size_t kPage = kDirectAlign;
 // texts carry paths), or a rank would leave the others waiting in a collective.
 bootstrap::Blob to_blob(const nlohmann::json& j);
 nlohmann::json from_blob(const bootstrap::Blob& b);
+
+// A shard no node holds, rebuilt from its parity row (tier_parity.cpp): every input is one block,
+// XORed into block `block` of the shard on rank `receiver`.
+struct ParityRebuild {
+  unsigned shard = 0, node = 0, receiver = 0;  // the saved rank, the node that lacks it, who rebuilds it
+  std::uint64_t bytes = 0, block = 0;          // the shard file's bytes (manifest), one block's
+  unsigned blocks = 0;                         // the shard's blocks (row members - 1)
+  struct Input {
+    unsigned node = 0;                         // a node that holds the file
+    std::string name;                          // a shard or parity file of the step
+    std::uint64_t offset = 0, size = 0;        // where the block starts; its bytes that exist (zeros after)
+    unsigned block = 0;                        // which block of the shard it goes into
+    std::string xxh3;                          // a parity block's checksum ("" for a shard's)
+  };
+  std::vector<Input> inputs;
+};
+// How to rebuild `shard` from the parities and shards the nodes hold (`has(node, shard)`: a
+// usable copy), or nullopt with `why`.
+std::optional<ParityRebuild> plan_parity_rebuild(unsigned shard, const std::vector<std::optional<tier::StepFiles>>& held,
+                                                 const std::function<bool(unsigned, unsigned)>& has,
+                                                 const format::Manifest& manifest, std::string& why);
 
 struct Manager::Impl {
   bootstrap::Session& session;
@@ -187,6 +209,11 @@ struct Manager::Impl {
     std::map<std::uint64_t, std::vector<std::optional<tier::StepFiles>>> steps;
     std::vector<std::string> notes;           // things the inventories skipped, "node: note"
   };
+  // Parity groups instead of buddy copies (tier_parity.cpp): this rank's parity of `step`
+  // (collective; "" or this rank's problem), and the rebuild of shards no node holds.
+  std::string persist_parity(std::uint64_t step, const std::vector<unsigned>& node_of,
+                             const std::vector<format::ShardRecord>& shards);
+  std::string run_parity_rebuilds(std::uint64_t step, const Holdings& h, const std::vector<ParityRebuild>& plans);
   nlohmann::json tier_listing();  // this rank's part of restore()'s exchange
   Holdings parse_holdings(const std::vector<bootstrap::Blob>& gathered);
   // Tries `step` from memory (collective): "" when it is loaded and verified on every rank, else

@@ -130,6 +130,29 @@ NodeDir NodeDir::open(const std::string& base, const std::string& job, const std
   return out;
 }
 
+std::optional<parity::Header> read_parity_header(const Dir& d, const std::string& name, std::uint64_t step, unsigned holder_rank,
+                                                 unsigned world, std::string& why) {
+  struct stat st {};
+  Fd fd = open_own(d, name, st, why, false);
+  if (!fd) return std::nullopt;
+  std::string text(parity::kHeaderBytes, '\0');
+  if (::pread(fd.get(), text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    why = "shorter than a parity header";
+    return std::nullopt;
+  }
+  parity::Header h;
+  if (why = parity::parse_header(text, h); !why.empty()) return std::nullopt;
+  if (h.step != step || h.members[h.holder] != holder_rank)
+    why = fmt::format("the parity of rank {} at step {}, not of rank {} at step {}", h.members[h.holder], h.step, holder_rank, step);
+  else if (std::any_of(h.members.begin(), h.members.end(), [&](unsigned r) { return r >= world; }))
+    why = fmt::format("a row with a rank beyond the step's {} ranks", world);
+  else if (static_cast<std::uint64_t>(st.st_size) != parity::kHeaderBytes + h.block)
+    why = fmt::format("{} bytes, its header says {}", st.st_size, parity::kHeaderBytes + h.block);
+  else
+    return h;
+  return std::nullopt;
+}
+
 std::vector<StepFiles> NodeDir::inventory(std::vector<std::string>& notes) const {
   std::vector<StepFiles> out;
   for (std::uint64_t step : format::list_steps(node_)) {
@@ -177,6 +200,13 @@ std::vector<StepFiles> NodeDir::inventory(std::vector<std::string>& notes) const
       if (*rank < m.world_size) s.ranks.push_back(*rank);
     }
     std::sort(s.ranks.begin(), s.ranks.end());
+    for (const auto& n : d->names()) {
+      const auto holder = parity::parse_file_name(n);
+      if (!holder) continue;
+      if (auto h = read_parity_header(*d, n, step, *holder, m.world_size, why)) s.parity.push_back(std::move(*h));
+      else notes.push_back(fmt::format("{} is {} (not used)", d->path_of(n), why));
+    }
+    std::sort(s.parity.begin(), s.parity.end(), [](const auto& a, const auto& b) { return a.members[a.holder] < b.members[b.holder]; });
     out.push_back(std::move(s));
   }
   return out;

@@ -9,6 +9,7 @@
 //        staging/rank_<r>.shard           a rank's file while a save writes it: not a step
 //        step_<N>/MANIFEST.json           a tier step: the manifest the checkpoint directory gets
 //        step_<N>/rank_<r>.shard          the node's own ranks' shards and the buddy copies it keeps
+//        step_<N>/parity_<r>.xor          with parity groups instead of buddies: rank r's parity block
 // Every level is created 0700 and opened without following a symlink; a directory of another
 // user, or one others may write, is refused (never followed, never written into). A file counts
 // only when it is a regular file of this user that nobody else may write: a symlink, FIFO,
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "files.hpp"
+#include "parity.hpp"
 #include "trainrt/fd.hpp"
 
 namespace trainrt::checkpoint::tier {
@@ -32,6 +34,7 @@ struct StepFiles {
   std::string manifest_xxh3;   // of MANIFEST.json's bytes: nodes must agree on it
   unsigned world_size = 0;     // as the manifest says (0 when it could not be read)
   std::vector<unsigned> ranks;  // whose shard files are present (regular, ours), ascending
+  std::vector<parity::Header> parity;  // the parity files present (headers read and checked), by holder rank
 };
 
 // A job or node name as a single path component: 1-64 of [A-Za-z0-9._-], not starting with '.'.
@@ -67,6 +70,10 @@ class NodeDir {
   Fd lock_;
 };
 
+// The header of parity file `name` in step directory `d` (of `step`, `world` ranks), checked against
+// its name, step, world and size; nullopt with `why` filled when it is not usable.
+std::optional<parity::Header> read_parity_header(const Dir& d, const std::string& name, std::uint64_t step, unsigned holder_rank,
+                                                 unsigned world, std::string& why);
 // A regular file of this user in `d` opened read-write, or Fd() with `why` filled.
 Fd open_own(const Dir& d, const std::string& name, struct stat& st, std::string& why, bool write);
 // Creates `name` in `d` exclusively (0600) after unlinking whatever had the name (a planted

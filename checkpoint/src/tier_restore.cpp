@@ -56,8 +56,13 @@ json Manager::Impl::tier_listing() {
   if (!tier.dir) return t;
   std::vector<std::string> notes;
   try {
-    for (const auto& s : tier.dir->inventory(notes))
-      t["steps"].push_back({{"step", s.step}, {"xxh3", s.manifest_xxh3}, {"world", s.world_size}, {"ranks", s.ranks}});
+    for (const auto& s : tier.dir->inventory(notes)) {
+      json parity = json::array();
+      for (const auto& p : s.parity)
+        parity.push_back({{"members", p.members}, {"holder", p.holder}, {"block", p.block}, {"xxh3", p.xxh3}});
+      t["steps"].push_back(
+          {{"step", s.step}, {"xxh3", s.manifest_xxh3}, {"world", s.world_size}, {"ranks", s.ranks}, {"parity", parity}});
+    }
   } catch (const std::exception& e) {
     notes.push_back(e.what());
   }
@@ -94,6 +99,15 @@ Manager::Impl::Holdings Manager::Impl::parse_holdings(const std::vector<bootstra
       f.manifest_xxh3 = s.at("xxh3").get<std::string>();
       f.world_size = s.at("world").get<unsigned>();
       f.ranks = s.at("ranks").get<std::vector<unsigned>>();
+      for (const auto& p : s.value("parity", json::array())) {
+        parity::Header hp;
+        hp.step = f.step;
+        hp.members = p.at("members").get<std::vector<unsigned>>();
+        hp.holder = p.at("holder").get<unsigned>();
+        hp.block = p.at("block").get<std::uint64_t>();
+        hp.xxh3 = p.at("xxh3").get<std::string>();
+        f.parity.push_back(std::move(hp));
+      }
       auto& per_node = h.steps[f.step];
       per_node.resize(h.nodes.size());
       per_node[n] = std::move(f);
@@ -101,6 +115,9 @@ Manager::Impl::Holdings Manager::Impl::parse_holdings(const std::vector<bootstra
   }
   return h;
 }
+
+// plan_parity_rebuild()'s answer when no parity file names the shard: no reason to add.
+constexpr const char* kNoParity = "no parity covers it";
 
 std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, Candidate& c,
                                                const std::vector<format::TensorRecord>& wanted, bool& touched) {
@@ -146,7 +163,7 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
     }
     if (std::string all = join_why(gather_why(session, why)); !all.empty()) return all;
     for (unsigned n = 0; n < nodes; ++n)
-      if (!held[n]) held[n] = tier::StepFiles{step, wanted_xxh3, held[*source_node]->world_size, {}};
+      if (!held[n]) held[n] = tier::StepFiles{step, wanted_xxh3, held[*source_node]->world_size, {}, {}};
   }
   format::Manifest manifest;
   {
@@ -165,11 +182,14 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
     return std::binary_search(r.begin(), r.end(), s) && !bad.count({n, s});
   };
   std::string last_why;
+  std::set<unsigned> no_rebuild;  // shards whose rebuild from parity failed or did not verify
+  std::set<unsigned> rebuilt;     // shards rebuilt from parity in this restore
   for (unsigned attempt = 0; attempt <= nodes; ++attempt) {
     // The copies each node lacks, and a node to take each from (in node order: the buddy copy
     // usually sits on the next node, any verified copy serves).
     std::vector<buddy::Transfer> transfers;
     std::vector<unsigned> shard_of, from_node;
+    std::vector<ParityRebuild> rebuilds;
     std::string missing;
     for (unsigned n = 0; n < nodes; ++n) {
       std::set<unsigned> want;
@@ -183,18 +203,29 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         std::optional<unsigned> y;
         for (unsigned k = 1; k < nodes && !y; ++k)
           if (has((n + k) % nodes, s)) y = (n + k) % nodes;
+        std::vector<unsigned> senders, receivers;
+        for (unsigned r = 0; r < world; ++r) {
+          if (y && h.node_of[r] == *y) senders.push_back(r);
+          if (h.node_of[r] == n && std::binary_search(needed[r].begin(), needed[r].end(), s)) receivers.push_back(r);
+        }
         if (!y) {
+          std::string parity_why = no_rebuild.count(s) ? "its rebuild from parity failed" : "";
+          if (parity_why.empty()) {
+            if (auto plan = plan_parity_rebuild(s, held, has, manifest, parity_why)) {
+              plan->node = n;
+              plan->receiver = receivers.front();
+              rebuilds.push_back(std::move(*plan));
+              continue;
+            }
+          }
           // What the inventories said about that file, when they skipped it (a planted symlink...).
           std::string seen;
           for (const auto& note : h.notes)
-            if (note.find("/" + format::shard_name(s)) != std::string::npos) seen += "; " + note;
+            if (note.find("/" + format::shard_name(s)) != std::string::npos || note.find("/parity_") != std::string::npos)
+              seen += "; " + note;
+          if (parity_why != kNoParity) seen += "; " + parity_why;
           missing += fmt::format("{}rank {}'s shard (for node {}){}", missing.empty() ? "" : ", ", s, h.nodes[n], seen);
           continue;
-        }
-        std::vector<unsigned> senders, receivers;
-        for (unsigned r = 0; r < world; ++r) {
-          if (h.node_of[r] == *y) senders.push_back(r);
-          if (h.node_of[r] == n && std::binary_search(needed[r].begin(), needed[r].end(), s)) receivers.push_back(r);
         }
         transfers.push_back({senders[s % senders.size()], receivers.front(), manifest.shards[s].bytes});
         shard_of.push_back(s);
@@ -273,6 +304,26 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         report.job_moved_bytes += transfers[i].bytes;
       }
     }
+    if (!rebuilds.empty()) {
+      const auto t_rebuild = Clock::now();
+      const std::string all = join_why(gather_why(session, run([&] { return run_parity_rebuilds(step, h, rebuilds); })));
+      if (!all.empty()) {
+        for (const auto& p : rebuilds) no_rebuild.insert(p.shard);
+        last_why = all;
+        continue;
+      }
+      std::uint64_t bytes = 0;
+      for (const auto& p : rebuilds) {
+        auto& ranks = held[p.node]->ranks;
+        ranks.insert(std::lower_bound(ranks.begin(), ranks.end(), p.shard), p.shard);
+        origin[{p.node, p.shard}] = p.node;
+        rebuilt.insert(p.shard);
+        bytes += p.bytes;
+      }
+      if (rank == 0)
+        log(fmt::format("memory tier: step {}: {} shard(s) rebuilt from parity, {} bytes in {:.3f} s", step, rebuilds.size(),
+                        bytes, std::chrono::duration<double>(Clock::now() - t_rebuild).count()));
+    }
     // Load from this node's tier exactly as from the directory.
     c = Candidate{};
     const Dir& base = tier.dir->dir();
@@ -295,6 +346,7 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         const unsigned n = h.node_of[r];
         bad.insert({n, s});
         if (auto it = origin.find({n, s}); it != origin.end()) bad.insert({it->second, s});
+        if (rebuilt.count(s)) no_rebuild.insert(s);
       }
     }
     last_why = all;

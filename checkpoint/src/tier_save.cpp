@@ -312,7 +312,10 @@ Manager::Impl::TierOutcome Manager::Impl::persist_memory(std::uint64_t step, for
       manifest_why = e.what();
     }
   }
-  const std::vector<int> buddies = opts.memory_tier.buddies ? buddy::pair(node_of) : std::vector<int>(world, -1);
+  const bool use_parity = opts.memory_tier.parity_group >= 2 && nodes.size() >= 2;
+  const std::vector<int> buddies =
+      opts.memory_tier.buddies && !use_parity ? buddy::pair(node_of) : std::vector<int>(world, -1);
+  if (use_parity) buddy_why = persist_parity(step, node_of, shards);
   if (buddies[0] >= 0) {
     std::vector<buddy::Transfer> transfers;
     std::vector<Fd> copies;  // the buddy copies this rank receives, by transfer
@@ -361,11 +364,11 @@ Manager::Impl::TierOutcome Manager::Impl::persist_memory(std::uint64_t step, for
       buddy_failures += fmt::format("{}rank {}: {}", buddy_failures.empty() ? "" : "; ", r, e);
   }
   out.committed = manifest_failures.empty();
-  out.buddies = out.committed && buddies[0] >= 0 && buddy_failures.empty();
+  out.buddies = out.committed && (buddies[0] >= 0 || use_parity) && buddy_failures.empty();
   out.error = manifest_failures;
   if (!buddy_failures.empty() && rank == 0)
-    log(fmt::format("memory tier: step {}: buddy copies incomplete ({}): a lost node falls back to the directory",
-                    step, buddy_failures));
+    log(fmt::format("memory tier: step {}: {} incomplete ({}): a lost node falls back to the directory", step,
+                    use_parity ? "parity" : "buddy copies", buddy_failures));
   if (out.committed && leader) tier.dir->remove_steps_except(step, opts.log);
   out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return out;

@@ -41,6 +41,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                "keep every checkpoint in a tmpfs on each node and a buddy copy on another node too; a restart "
                "restores from memory when it can (docs/recovery.md)");
   app.add_option("--memory-tier-dir", o.memory_tier_dir, "the tmpfs for --memory-tier (default /dev/shm)");
+  app.add_option("--tier-parity", o.tier_parity,
+                 "with --memory-tier: parity over groups of G nodes instead of buddy copies (host memory per node "
+                 "1 + 1/(G-1) shards instead of 2; one lost node per group rebuilt; default 0: buddy copies)")
+      ->check(CLI::Range(0u, 64u));
   app.add_option("--snapshot-every", o.snapshot_every,
                  "with --memory-tier: a memory-only checkpoint every K steps between the directory's (default 0: none)");
   app.add_option("--ballast-mib", o.ballast_mib,
@@ -79,6 +83,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
     if (!o.check_device && ckpt->count() == 0) throw CLI::RequiredError("--ckpt-dir");
     if (!fault_text.empty()) o.fault = parse_fault(fault_text);
     if (o.snapshot_every > 0 && !o.memory_tier) throw CLI::ValidationError("--snapshot-every", "needs --memory-tier");
+    if (o.tier_parity > 0 && !o.memory_tier) throw CLI::ValidationError("--tier-parity", "needs --memory-tier");
+    if (o.tier_parity == 1)
+      throw CLI::ValidationError("--tier-parity", "1: a group needs at least 2 nodes (0 keeps buddy copies)");
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {

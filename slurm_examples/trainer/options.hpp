@@ -17,6 +17,7 @@ struct Options {
   std::uint64_t steps = 200, seed = 1, ckpt_every = 20;
   bool memory_tier = false;                  // keep checkpoints in memory too (docs/recovery.md)
   std::string memory_tier_dir = "/dev/shm";  // a tmpfs on every node
+  unsigned tier_parity = 0;                   // parity groups of this many nodes instead of buddy copies (0: buddies)
   std::uint64_t snapshot_every = 0;          // memory-tier snapshots between directory checkpoints (0: none)
   std::uint64_t ballast_mib = 0;             // extra checkpointed state for recovery benchmarks (ballast.hpp)
   std::string ckpt_dir, out_dir = ".";

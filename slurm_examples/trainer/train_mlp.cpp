@@ -378,6 +378,7 @@ int train(const Options& o) {
   };
   co.memory_tier.enabled = o.memory_tier;
   co.memory_tier.base = o.memory_tier_dir;
+  co.memory_tier.parity_group = o.tier_parity;
   checkpoint::Manager ckpt(*rt->session, co);
   Monitor monitor(o, *rt, rep.metrics, rep.metrics_path);
   monitor.share_nodes();

@@ -124,5 +124,62 @@ if [[ $(count "^SAVED 10 in_memory=1 buddies=0" "$out") -eq 4 && $(count "^RESTO
   pass "without buddy copies a lost node's shards are not in memory: step 5 from the directory"
 else fail "buddies off" "$out" "$out2"; fi
 
+# ------------------------------------------------------------- parity groups instead of buddy copies
+# 6 ranks on 3 nodes, one group of 3: rows {0,2,4} and {1,3,5}; each rank keeps half a shard of parity.
+parity_file() { echo "$(node_dir "$1")/step_$(printf %012d "$2")/parity_$(printf %05d "$3").xor"; }
+job=p
+# 1 MiB shards here: the manifest and the 4 KiB parity headers are a fixed cost beside them.
+run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 --floats 262144 >/dev/null
+out=$(run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 --floats 262144)
+held1=$(ls "$(node_dir n1)/step_000000000010" 2>/dev/null | tr '\n' ' ')
+own=$(($(stat -c %s "$(tier_file n1 10 0)") + $(stat -c %s "$(tier_file n1 10 1)")))
+all=$(du -sb --apparent-size "$(node_dir n1)" | cut -f1)
+ratio=$(python3 -c "print(f'{$all / $own:.3f}')")
+if [[ $(count "^SAVED 10 in_memory=1 buddies=1" "$out") -eq 6 &&
+      $held1 == "MANIFEST.json parity_00000.xor parity_00001.xor rank_00000.shard rank_00001.shard " ]] &&
+   python3 -c "import sys; sys.exit(0 if $all / $own <= 1.6 else 1)"; then
+  pass "parity, groups of 3 nodes: each node holds its 2 shards and 2 parity blocks; memory per node ${ratio}x its shards (<= 1 + 1/2 + 0.1)"
+else fail "parity save" "$out" "n1: $held1" "ratio $ratio"; fi
+rm -rf "$(node_dir n2)"
+out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3 --floats 262144)
+if [[ $(count "^RESTORED 10 memory" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
+   grep -q "step 10: 2 shard(s) rebuilt from parity" <<<"$out"; then
+  pass "n2 lost, spare n4: ranks 2 and 3 rebuilt from the parities on n1 and n3 and the other shards, every byte as saved"
+else fail "parity rebuild on a spare" "$out"; fi
+job=q
+run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+rm -rf "$(node_dir n2)"
+printf 'garbage' | dd of="$(parity_file n1 10 0)" bs=1 seek=5000 conv=notrunc status=none  # holds block 1 of rank 2
+out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
+if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
+   grep -q "^FALLBACK rank 0: memory tier step 10: .*parity_00000.xor fails its checksum" <<<"$out"; then
+  pass "n2 lost and rank 0's parity corrupted: step 10 refused, the parity named, step 5 from the directory"
+  grep -m1 "^FALLBACK rank 0" <<<"$out" | cut -c1-240 | sed 's/^/  | /'
+else fail "corrupted parity" "$out"; fi
+job=t  # the same parity, planted as a symlink to a good copy of itself: never followed
+run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+rm -rf "$(node_dir n2)"
+cp "$(parity_file n1 10 0)" "$d/planted.xor" && ln -sf "$d/planted.xor" "$(parity_file n1 10 0)"
+out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
+if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
+   grep -q "^FALLBACK rank 0: memory tier step 10: .*parity_00000.xor is a symbolic link" <<<"$out"; then
+  pass "n2 lost and rank 0's parity a planted symlink (to good bytes): not followed, step 5 from the directory"
+else fail "planted parity symlink" "$out"; fi
+job=r
+run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 --state sharded >/dev/null
+rm -rf "$(node_dir n3)"
+out=$(run 4 restore --nodes n1,n1,n2,n2 --state sharded)
+if [[ $(count "^RESTORED 10 memory" "$out") -eq 4 && $(count "^CONTENT ok" "$out") -eq 4 ]] &&
+   grep -q "rebuilt from parity" <<<"$out"; then
+  pass "n3 lost, no spare: 6 -> 4 ranks on n1 + n2, ranks 4-5 rebuilt from parity, resharded from memory"
+else fail "shrink from parity" "$out"; fi
+job=s
+run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+rm -rf "$(node_dir n1)" "$(node_dir n2)"
+out=$(run 6 restore --nodes n4,n4,n5,n5,n3,n3)
+if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]]; then
+  pass "two nodes of one parity group lost: step 5 from the directory"
+else fail "two nodes of a group lost" "$out"; fi
+
 echo "memory tier: $failures failure(s)"
 exit $((failures > 0))

@@ -1,6 +1,7 @@
 // The memory tier across "nodes" (run under mpirun; each rank is told its node's name, so nodes
 // and their losses are simulated on one machine: a lost node is its tier directory removed):
 //   tier_mp save|snapshot STEP  --dir D --base B --job J --nodes n1,n1,n2,n2 [--state perrank|sharded]
+//                               [--buddies 0|1] [--parity G] [--floats N]
 //   tier_mp restore             (same options)
 // save/snapshot print "SAVED <step> in_memory=<0|1> buddies=<0|1>"; restore prints
 // "RESTORED <step> <source> local=<n> moved=<n>" and then "CONTENT ok" when every byte of the
@@ -33,6 +34,8 @@ struct Args {
   std::uint64_t step = 0;
   std::vector<std::string> nodes;
   bool buddies = true;
+  unsigned parity = 0;  // parity group size (0: buddy copies)
+  std::size_t floats = 10000;  // perrank: rank 0's 'w' (rank r's has 37 r more)
 };
 
 struct State {
@@ -56,7 +59,7 @@ std::pair<std::int64_t, std::int64_t> share(unsigned r, unsigned n) {
 
 void fill(State& s, const Args& a, unsigned rank, unsigned world, std::uint64_t step) {
   if (a.state == "perrank") {
-    s.w.resize(10000 + rank * 37);
+    s.w.resize(a.floats + rank * 37);
     for (std::size_t i = 0; i < s.w.size(); ++i) s.w[i] = static_cast<float>(mix(step * 7919 + rank * 1000003 + i) % 100000);
     s.blob.assign(5 + rank, static_cast<std::uint8_t>(step + rank));
   } else {
@@ -81,6 +84,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--job") a.job = v;
     else if (k == "--state") a.state = v;
     else if (k == "--buddies") a.buddies = v == "1";
+    else if (k == "--parity") a.parity = static_cast<unsigned>(std::stoul(v));
+    else if (k == "--floats") a.floats = std::stoul(v);
     else if (k == "--nodes")
       for (auto part : split(v, ',')) a.nodes.emplace_back(part);
     else throw Error("unknown option " + k, "tier_mp");
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
     o.memory_tier.job = a.job;
     o.memory_tier.node = a.nodes[rank];
     o.memory_tier.buddies = a.buddies;
+    o.memory_tier.parity_group = a.parity;
     o.log = [rank](const std::string& m) {
       if (m.find("skipped") != std::string::npos || m.find("memory tier") != std::string::npos || rank == 0)
         fmt::print("LOG rank {}: {}\n", rank, m);

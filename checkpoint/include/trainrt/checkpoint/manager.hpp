@@ -35,6 +35,9 @@ struct MemoryTier {
   std::string job;                // "": $SLURM_JOB_ID (the tier outlives a step, not the job)
   std::string node;               // "": $SLURMD_NODENAME, else the host name; ranks that share it share the tier
   bool buddies = true;            // copy every shard to a rank on another node (none with one node)
+  // 2 or more: parity over groups of that many nodes instead of buddy copies (host memory per
+  // node S (1 + 1/(g-1)) instead of 2 S; one lost node per group rebuilt). 0: buddy copies.
+  unsigned parity_group = 0;
 };
 
 struct Options {
