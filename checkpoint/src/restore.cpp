@@ -249,9 +249,12 @@ std::int64_t Manager::Impl::restore() {
                     report.source == "memory" ? "the memory tier" : "the checkpoint directory", session.rank(), report.seconds,
                     report.source == "memory"
                         ? fmt::format(": this rank read {} shard(s) from its node, {} copied from another node; the "
-                                      "job copied {} shard(s), {} bytes, between nodes",
+                                      "job copied {} shard(s), {} bytes, between nodes{}",
                                       report.local_copies, report.moved_copies, report.job_moved_copies,
-                                      report.job_moved_bytes)
+                                      report.job_moved_bytes,
+                                      report.job_rebuilt_shards
+                                          ? fmt::format(" and rebuilt {} from parity", report.job_rebuilt_shards)
+                                          : "")
                         : ""));
     after_restore(report.source == "memory" ? std::optional<std::uint64_t>(step) : std::nullopt);
     return static_cast<std::int64_t>(step);

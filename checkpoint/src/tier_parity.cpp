@@ -30,9 +30,16 @@ class XorTarget {
  public:
   XorTarget() = default;
   XorTarget(Fd fd, std::uint64_t bytes) : fd_(std::move(fd)), bytes_(bytes) {
-    if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0)
-      throw Error(fmt::format("cannot size to {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
+    // Every page now (as Staging::map): a page tmpfs cannot give at first touch would be a SIGBUS
+    // inside an XOR; here it is an error, and the step is not protected.
+    if (::fallocate(fd_.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
+      const int err = errno;
+      if (err != EOPNOTSUPP)
+        throw Error(fmt::format("cannot allocate {} bytes: {}", bytes, std::strerror(err)), "memory tier parity");
+      if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0)
+        throw Error(fmt::format("cannot size to {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_.get(), 0);
     if (p == MAP_FAILED) throw Error(fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
     map_ = static_cast<std::byte*>(p);
   }

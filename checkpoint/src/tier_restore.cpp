@@ -319,6 +319,7 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
         origin[{p.node, p.shard}] = p.node;
         rebuilt.insert(p.shard);
         bytes += p.bytes;
+        report.job_rebuilt_shards += 1;
       }
       if (rank == 0)
         log(fmt::format("memory tier: step {}: {} shard(s) rebuilt from parity, {} bytes in {:.3f} s", step, rebuilds.size(),

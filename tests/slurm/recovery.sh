@@ -12,7 +12,9 @@
 #      still bitwise equal at the end;
 #  (c) trt-n2's link taken down instead (its processes alive, cut off): srun never hears the end of
 #      its tasks, train.sbatch probes its slurmd, gets no answer and gives srun up at once (not
-#      after STEP_END_WAIT), and the recovery goes on as in (a), bitwise equal at the end.
+#      after STEP_END_WAIT), and the recovery goes on as in (a), bitwise equal at the end;
+#  (d) (a) with parity instead of buddy copies (--tier-parity 2): the spare rebuilds trt-n2's
+#      shards from the parities and the shards on trt-n1, bitwise equal at the end.
 # Usage: recovery.sh BUILD_DIR. Exit 77 (skipped) when not root.
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -27,7 +29,7 @@ for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not
 source "$repo/tests/slurm/harness.sh"
 cluster_harness recovery 7967 7968
 trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-fault=kill
+fault=kill protection=buddies
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 300 bash "$cluster" run "$@"; }
 tier_root=/dev/shm/trainrt-$(id -u)
@@ -58,6 +60,14 @@ protected() {
   for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
     (( 10#${step#step_} >= $2 )) || return 1
     ok=1
+    if [[ $protection == parity ]]; then  # each node: its own 2 shards and their 2 parity blocks
+      for f in 0 1 2 3; do
+        n=trt-n$((f / 2 + 1))
+        [[ -f $tiers/$n/$step/MANIFEST.json && -f $tiers/$n/$step/rank_0000$f.shard && -f $tiers/$n/$step/parity_0000$f.xor ]] || ok=0
+      done
+      (( ok )) && return 0
+      continue
+    fi
     for n in trt-n1 trt-n2; do
       [[ -f $tiers/$n/$step/MANIFEST.json ]] || ok=0
       for f in 0 1 2 3; do [[ -f $tiers/$n/$step/rank_0000$f.shard ]] || ok=0; done
@@ -170,6 +180,20 @@ if grep -qE "srun heard no end of the tasks on trt-n2, whose slurmd \([0-9.]+:79
   pass "trt-n2's link down after step $killed_after: its slurmd did not answer the probe, trt-n3 took its place, restored from memory, final params bitwise equal"
   phases "$event" "link down"
 else fail "link down" "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
+
+# ---------------------------------------------------------------- (d) parity instead of buddy copies
+# --tier-parity 2: trt-n1 and trt-n2 form a group; each rank keeps one parity block of its row, and
+# the spare rebuilds trt-n2's shards from the parities and shards left on trt-n1.
+fault=kill protection=parity; unset STEP_END_WAIT
+args+=(--tier-parity 2)
+run_case parity
+event=$(grep '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" | tail -1)
+if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -qE "step [0-9]+: 2 shard\(s\) rebuilt from parity" <<<"$out" &&
+   grep -q '"restore_source":"memory"' <<<"$event" && [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
+   [[ ! -e $job_tier ]]; then
+  pass "parity instead of buddy copies: trt-n2's ranks killed after step $killed_after, trt-n3 rebuilt their shards from parity, final params bitwise equal; tier removed at the end"
+  phases "$event" kill
+else fail "parity" "event: $event" "tier left: $(ls -d "$job_tier" 2>/dev/null)" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
 echo "recovery: $passed passed, $failed failed"
 exit $((failed > 0))

@@ -87,6 +87,7 @@ struct RestoreReport {
   unsigned moved_copies = 0;     // memory: shards this rank received from another node (buddy copies)
   unsigned job_moved_copies = 0;  // memory: shards copied between nodes in the whole job
   std::uint64_t job_moved_bytes = 0;
+  unsigned job_rebuilt_shards = 0;  // memory: shards rebuilt from parity in the whole job
   double seconds = 0;            // the whole restore() call
   std::vector<std::string> fallbacks;  // "memory tier step 40: rank 3: ...; falling back to ..."
 };
