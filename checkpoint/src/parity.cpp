@@ -84,8 +84,16 @@ std::string parse_header(std::string_view text, Header& h) {
     const auto j = nlohmann::json::parse(text.substr(0, end));
     h = Header{};
     h.step = j.at("step").get<std::uint64_t>();
-    h.members = j.at("members").get<std::vector<unsigned>>();
-    h.holder = j.at("holder").get<unsigned>();
+    // As 64-bit values, range-checked below: a narrowing read would turn 2^32 + 3 into 3.
+    const auto members = j.at("members").get<std::vector<std::uint64_t>>();
+    const auto holder = j.at("holder").get<std::uint64_t>();
+    if (members.size() > kMaxGroup * 2) return fmt::format("its row has {} members (2 to {})", members.size(), kMaxGroup * 2);
+    for (std::uint64_t m : members) {
+      if (m >= kMaxRanks) return fmt::format("its row lists rank {}, beyond {}", m, kMaxRanks);
+      h.members.push_back(static_cast<unsigned>(m));
+    }
+    if (holder >= members.size()) return fmt::format("its holder index {} is outside its row of {}", holder, members.size());
+    h.holder = static_cast<unsigned>(holder);
     h.block = j.at("block").get<std::uint64_t>();
     h.xxh3 = j.at("xxh3").get<std::string>();
   } catch (const std::exception& e) {
@@ -104,8 +112,10 @@ std::string parse_header(std::string_view text, Header& h) {
 
 std::string file_name(unsigned holder_rank) { return fmt::format("parity_{:05}.xor", holder_rank); }
 
-std::optional<unsigned> parse_file_name(const std::string& name) {
-  constexpr std::string_view prefix = "parity_", suffix = ".xor";
+std::optional<unsigned> parse_file_name(const std::string& name) { return parse_rank_file(name, "parity_", ".xor", kMaxRanks); }
+
+std::optional<unsigned> parse_rank_file(const std::string& name, std::string_view prefix, std::string_view suffix,
+                                        unsigned limit) {
   if (name.size() < prefix.size() + 5 + suffix.size() || name.size() > prefix.size() + 7 + suffix.size() ||
       name.compare(0, prefix.size(), prefix) != 0 || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
     return std::nullopt;
@@ -114,7 +124,8 @@ std::optional<unsigned> parse_file_name(const std::string& name) {
     if (name[i] < '0' || name[i] > '9') return std::nullopt;
     rank = rank * 10 + static_cast<unsigned>(name[i] - '0');
   }
-  if (rank >= kMaxRanks || file_name(rank) != name) return std::nullopt;
+  // One spelling per rank: "rank_0003.shard" or "rank_000003.shard" is not rank 3's file.
+  if (rank >= limit || fmt::format("{}{:05}{}", prefix, rank, suffix) != name) return std::nullopt;
   return rank;
 }
 

@@ -59,4 +59,9 @@ std::string parse_header(std::string_view text, Header& h);
 std::string file_name(unsigned holder_rank);
 std::optional<unsigned> parse_file_name(const std::string& name);
 
+// The rank r < limit of a file named exactly prefix + r in at least 5 digits + suffix
+// ("rank_00003.shard", "parity_00003.xor"), else nullopt.
+std::optional<unsigned> parse_rank_file(const std::string& name, std::string_view prefix, std::string_view suffix,
+                                        unsigned limit);
+
 }  // namespace trainrt::checkpoint::parity

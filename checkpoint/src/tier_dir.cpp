@@ -42,17 +42,7 @@ Dir private_dir(const Dir& parent, const std::string& name) {
 }
 
 std::optional<unsigned> parse_shard_name(const std::string& name) {
-  constexpr std::string_view prefix = "rank_", suffix = ".shard";
-  if (name.size() < prefix.size() + 5 + suffix.size() || name.size() > prefix.size() + 7 + suffix.size() ||
-      name.compare(0, prefix.size(), prefix) != 0 || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-    return std::nullopt;
-  unsigned rank = 0;
-  for (std::size_t i = prefix.size(); i < name.size() - suffix.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    rank = rank * 10 + static_cast<unsigned>(name[i] - '0');
-  }
-  if (rank >= format::kMaxWorldSize || format::shard_name(rank) != name) return std::nullopt;
-  return rank;
+  return parity::parse_rank_file(name, "rank_", ".shard", format::kMaxWorldSize);
 }
 
 // Unlinks every name in `d` (files, symlinks; a subdirectory stays: unlinkat refuses it).

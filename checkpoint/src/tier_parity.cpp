@@ -89,6 +89,8 @@ std::string read_padded(int fd, std::uint64_t base, std::uint64_t size, std::uin
   return {};
 }
 
+constexpr std::uint64_t kCheckPiece = std::uint64_t{4} << 20;  // bytes read at a time to check a parity block
+
 std::string block_xxh3(const std::byte* data, std::uint64_t bytes) {
   return fmt::format("{:016x}", XXH3_64bits(data, static_cast<std::size_t>(bytes)));
 }
@@ -237,7 +239,7 @@ std::string Manager::Impl::run_parity_rebuilds(std::uint64_t step, const Holding
     std::uint64_t offset = 0, size = 0;
   };
   std::vector<buddy::Transfer> transfers;
-  std::vector<Source> sources;      // per transfer (open on its sender only)
+  std::vector<Source> sources;      // per transfer (opened on its sender only)
   std::vector<std::size_t> plan_of;  // per transfer
   std::vector<unsigned> block_of;    // per transfer: the rebuilt block it goes into
   std::vector<XorTarget> targets(plans.size());
@@ -258,33 +260,31 @@ std::string Manager::Impl::run_parity_rebuilds(std::uint64_t step, const Holding
     src.offset = in.offset;
     src.size = in.size;
     if (src.fd && !in.xxh3.empty()) {
-      std::vector<std::byte> block(static_cast<std::size_t>(in.size));
-      e = read_padded(src.fd.get(), in.offset, in.size, 0, block.data(), block.size());
-      if (e.empty() && block_xxh3(block.data(), in.size) != in.xxh3) e = fmt::format("{} fails its checksum", d->path_of(in.name));
+      // In pieces: a block can be gigabytes.
+      std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+      std::vector<std::byte> piece(static_cast<std::size_t>(std::min<std::uint64_t>(in.size, kCheckPiece)));
+      if (!state) e = "out of memory for a hash state";
+      else XXH3_64bits_reset(state.get());
+      for (std::uint64_t at = 0; e.empty() && at < in.size; at += piece.size()) {
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), in.size - at));
+        e = read_padded(src.fd.get(), in.offset, in.size, at, piece.data(), n);
+        if (e.empty()) XXH3_64bits_update(state.get(), piece.data(), n);
+      }
+      if (e.empty() && fmt::format("{:016x}", XXH3_64bits_digest(state.get())) != in.xxh3)
+        e = fmt::format("{} fails its checksum", d->path_of(in.name));
     }
     if (!e.empty()) src.fd.reset();
     if (!e.empty() && why.empty()) why = e;
   };
-  struct Local {
-    std::size_t plan = 0;
-    unsigned block = 0;
-    Source source;
-  };
-  std::vector<Local> locals;  // inputs on the receiver's own node: read there, not sent
+  // The transfers first, alike on every rank (no I/O, nothing this rank alone could fail on);
+  // inputs on the receiver's own node are read there, not sent.
+  std::vector<const ParityRebuild::Input*> input_of;  // per transfer
+  std::vector<std::pair<std::size_t, const ParityRebuild::Input*>> locals;  // this rank's: (plan, input)
   for (std::size_t p = 0; p < plans.size(); ++p) {
-    if (plans[p].receiver == rank && why.empty()) {
-      try {
-        targets[p] = XorTarget(tier::create_own(*d, format::shard_name(plans[p].shard) + ".tmp"), plans[p].block * plans[p].blocks);
-      } catch (const std::exception& e) {
-        why = e.what();
-      }
-    }
     for (std::size_t k = 0; k < plans[p].inputs.size(); ++k) {
       const auto& in = plans[p].inputs[k];
       if (in.node == h.node_of[plans[p].receiver]) {
-        if (plans[p].receiver != rank) continue;
-        locals.push_back({p, in.block, {}});
-        if (why.empty()) open_input(in, locals.back().source);
+        if (plans[p].receiver == rank) locals.emplace_back(p, &in);
         continue;
       }
       std::vector<unsigned> senders;
@@ -293,21 +293,33 @@ std::string Manager::Impl::run_parity_rebuilds(std::uint64_t step, const Holding
       transfers.push_back({senders[k % senders.size()], plans[p].receiver, plans[p].block});
       plan_of.push_back(p);
       block_of.push_back(in.block);
-      sources.emplace_back();
-      if (transfers.back().from == rank && why.empty()) open_input(in, sources.back());
+      input_of.push_back(&in);
     }
   }
-  for (auto& l : locals) {
-    if (!why.empty() || !targets[l.plan]) break;
-    std::vector<std::byte> piece(std::min<std::uint64_t>(plans[l.plan].block, std::uint64_t{1} << 20));
-    for (std::uint64_t at = 0; at < plans[l.plan].block && why.empty(); at += piece.size()) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), plans[l.plan].block - at));
-      why = read_padded(l.source.fd.get(), l.source.offset, l.source.size, at, piece.data(), n);
-      if (why.empty()) targets[l.plan].xor_at(l.block * plans[l.plan].block + at, piece.data(), n);
-    }
-  }
-  if (!opts.host && !own_host) transfer_comm();
+  sources.resize(transfers.size());
+  // This rank's files; nothing here may leave before the move, where the other ranks wait.
   try {
+    for (std::size_t p = 0; p < plans.size() && why.empty(); ++p)
+      if (plans[p].receiver == rank)
+        targets[p] = XorTarget(tier::create_own(*d, format::shard_name(plans[p].shard) + ".tmp"), plans[p].block * plans[p].blocks);
+    for (std::size_t i = 0; i < transfers.size() && why.empty(); ++i)
+      if (transfers[i].from == rank) open_input(*input_of[i], sources[i]);
+    for (const auto& [p, in] : locals) {
+      if (!why.empty()) break;
+      Source local;
+      open_input(*in, local);
+      std::vector<std::byte> piece(static_cast<std::size_t>(std::min<std::uint64_t>(plans[p].block, kCheckPiece)));
+      for (std::uint64_t at = 0; at < plans[p].block && why.empty(); at += piece.size()) {
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), plans[p].block - at));
+        why = read_padded(local.fd.get(), local.offset, local.size, at, piece.data(), n);
+        if (why.empty()) targets[p].xor_at(in->block * plans[p].block + at, piece.data(), n);
+      }
+    }
+  } catch (const std::exception& e) {
+    if (why.empty()) why = e.what();
+  }
+  try {
+    if (!opts.host && !own_host) transfer_comm();
     const auto moved = buddy::move(
         opts.host ? *opts.host : *own_host, transfers, opts.transfer_bytes,
         [&](std::size_t i, std::uint64_t at, std::byte* dst, std::size_t n) -> std::string {

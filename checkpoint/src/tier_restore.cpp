@@ -308,14 +308,23 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
       const auto t_rebuild = Clock::now();
       const std::string all = join_why(gather_why(session, run([&] { return run_parity_rebuilds(step, h, rebuilds); })));
       if (!all.empty()) {
-        for (const auto& p : rebuilds) no_rebuild.insert(p.shard);
+        // A rebuilt file may hold a failed sender's zeros: it goes, and is not rebuilt again.
+        for (const auto& p : rebuilds) {
+          no_rebuild.insert(p.shard);
+          if (p.receiver == rank) run([&] {
+            if (auto d = tier.dir->existing_step_dir(step)) d->unlink(format::shard_name(p.shard));
+            return std::string();
+          });
+        }
         last_why = all;
         continue;
       }
       std::uint64_t bytes = 0;
       for (const auto& p : rebuilds) {
         auto& ranks = held[p.node]->ranks;
-        ranks.insert(std::lower_bound(ranks.begin(), ranks.end(), p.shard), p.shard);
+        if (!std::binary_search(ranks.begin(), ranks.end(), p.shard))
+          ranks.insert(std::lower_bound(ranks.begin(), ranks.end(), p.shard), p.shard);
+        bad.erase({p.node, p.shard});
         origin[{p.node, p.shard}] = p.node;
         rebuilt.insert(p.shard);
         bytes += p.bytes;

@@ -19,6 +19,7 @@
 #include "fingerprint.hpp"
 #include "layout.hpp"
 #include "manager_impl.hpp"
+#include "parity.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
 
@@ -362,6 +363,14 @@ Manager::Impl::TierOutcome Manager::Impl::persist_memory(std::uint64_t step, for
       manifest_failures += fmt::format("{}rank {}: {}", manifest_failures.empty() ? "" : "; ", r, e);
     if (const auto e = s.at("buddy").get<std::string>(); !e.empty())
       buddy_failures += fmt::format("{}rank {}: {}", buddy_failures.empty() ? "" : "; ", r, e);
+  }
+  if (use_parity && !buddy_failures.empty()) {
+    // A parity that took a failed sender's zeros for its blocks must never be used: it goes.
+    try {
+      if (auto d = tier.dir->existing_step_dir(step)) d->unlink(parity::file_name(rank));
+    } catch (const std::exception&) {
+      // the step is not protected either way (logged below)
+    }
   }
   out.committed = manifest_failures.empty();
   out.buddies = out.committed && (buddies[0] >= 0 || use_parity) && buddy_failures.empty();

@@ -127,6 +127,10 @@ else fail "buddies off" "$out" "$out2"; fi
 # ------------------------------------------------------------- parity groups instead of buddy copies
 # 6 ranks on 3 nodes, one group of 3: rows {0,2,4} and {1,3,5}; each rank keeps half a shard of parity.
 parity_file() { echo "$(node_dir "$1")/step_$(printf %012d "$2")/parity_$(printf %05d "$3").xor"; }
+parity_steps() {  # job $job: save 5 (the directory's) and snapshot 10, 6 ranks on n1..n3, parity over the 3
+  run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+  run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+}
 job=p
 # 1 MiB shards here: the manifest and the 4 KiB parity headers are a fixed cost beside them.
 run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 --floats 262144 >/dev/null
@@ -147,7 +151,7 @@ if [[ $(count "^RESTORED 10 memory" "$out") -eq 6 && $(count "^CONTENT ok" "$out
   pass "n2 lost, spare n4: ranks 2 and 3 rebuilt from the parities on n1 and n3 and the other shards, every byte as saved"
 else fail "parity rebuild on a spare" "$out"; fi
 job=q
-run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+parity_steps
 rm -rf "$(node_dir n2)"
 printf 'garbage' | dd of="$(parity_file n1 10 0)" bs=1 seek=5000 conv=notrunc status=none  # holds block 1 of rank 2
 out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
@@ -157,7 +161,7 @@ if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") 
   grep -m1 "^FALLBACK rank 0" <<<"$out" | cut -c1-240 | sed 's/^/  | /'
 else fail "corrupted parity" "$out"; fi
 job=t  # the same parity, planted as a symlink to a good copy of itself: never followed
-run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+parity_steps
 rm -rf "$(node_dir n2)"
 cp "$(parity_file n1 10 0)" "$d/planted.xor" && ln -sf "$d/planted.xor" "$(parity_file n1 10 0)"
 out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
@@ -174,7 +178,7 @@ if [[ $(count "^RESTORED 10 memory" "$out") -eq 4 && $(count "^CONTENT ok" "$out
   pass "n3 lost, no spare: 6 -> 4 ranks on n1 + n2, ranks 4-5 rebuilt from parity, resharded from memory"
 else fail "shrink from parity" "$out"; fi
 job=s
-run 6 save 5 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null; run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 >/dev/null
+parity_steps
 rm -rf "$(node_dir n1)" "$(node_dir n2)"
 out=$(run 6 restore --nodes n4,n4,n5,n5,n3,n3)
 if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]]; then

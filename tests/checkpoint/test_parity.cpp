@@ -147,6 +147,13 @@ TEST_CASE("parity headers: round trip, and crafted ones refused by name") {
   hex.xxh3 = "xyz";
   CHECK(refused(hex).find("checksum") != std::string::npos);
   CHECK(!parity::parse_header("garbage", back).empty());
+  // Numbers a 32-bit read would narrow into range (2^32 + 3 -> 3) are refused by their value.
+  const std::string wide = "trainrt-parity 1\n{\"step\": 1, \"members\": [1, 4294967299], \"holder\": 0, \"block\": 8, "
+                           "\"xxh3\": \"0123456789abcdef\"}\n";
+  CHECK(parity::parse_header(wide, back).find("4294967299") != std::string::npos);
+  const std::string far = "trainrt-parity 1\n{\"step\": 1, \"members\": [1, 3], \"holder\": 4294967296, \"block\": 8, "
+                          "\"xxh3\": \"0123456789abcdef\"}\n";
+  CHECK(parity::parse_header(far, back).find("holder") != std::string::npos);
   CHECK(!parity::parse_header("trainrt-parity 1\n{\"step\": 1", back).empty());
   CHECK(!parity::parse_header("trainrt-parity 1\n[1, 2]\n", back).empty());
 }
