@@ -300,6 +300,15 @@ std::vector<std::string> remove_job(const std::string& base, const std::string& 
     out.push_back(fmt::format("{} is not ours: left alone", dir->path()));
     return out;
   }
+  // Cleaners of one job take turns (namespace nodes that share a tmpfs run theirs at once, and a
+  // user may run two): another cleaner's lock on a node directory must not read as a live
+  // manager's, and the job directory must not be left because each saw the other at work.
+  bool turn = false;
+  for (int i = 0; i < 3000 && !(turn = ::flock(dir->fd(), LOCK_EX | LOCK_NB) == 0); ++i) ::usleep(10000);
+  if (!turn) {
+    out.push_back(fmt::format("{}: another tier-clean held it for 30 s: left to it", dir->path()));
+    return out;
+  }
   bool kept = false;
   for (const auto& k : dir->names()) {
     auto key = dir->sub(k);

@@ -310,6 +310,22 @@ TEST_CASE("tier files never outlive the job: removal skips a live manager's node
   CHECK_FALSE(fs::exists(job));
 }
 
+TEST_CASE("cleaners of one job at once: each node directory goes, none reported in use, the job's too", "[memory_tier]") {
+  Tier t;
+  t.snapshot(1);
+  const std::string job = fs::path(t.node_dir()).parent_path().parent_path().string();
+  const std::string key = fs::path(t.node_dir()).parent_path().string();
+  for (int n = 0; n < 6; ++n) fs::create_directories(fmt::format("{}/n{}/step_000000000001", key, n));
+  t.mgr.reset();
+  std::vector<std::vector<std::string>> said(4);
+  std::vector<std::thread> cleaners;
+  for (auto& lines : said) cleaners.emplace_back([&t, &lines] { lines = checkpoint::tier::remove_job(t.base, t.job); });
+  for (auto& c : cleaners) c.join();
+  for (const auto& lines : said)
+    for (const auto& l : lines) CHECK_THAT(l, !Catch::Contains("in use"));
+  CHECK_FALSE(fs::exists(job));
+}
+
 TEST_CASE("a checkpoint directory made anew does not see the tier its predecessor left", "[memory_tier]") {
   Tier t;
   t.snapshot(5);
