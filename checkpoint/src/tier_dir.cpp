@@ -309,6 +309,7 @@ std::vector<std::string> remove_job(const std::string& base, const std::string& 
     out.push_back(fmt::format("{}: another tier-clean held it for 30 s: left to it", dir->path()));
     return out;
   }
+  if (dir->stat().st_nlink == 0) return out;  // the cleaner before removed it: nothing left to say
   bool kept = false;
   for (const auto& k : dir->names()) {
     auto key = dir->sub(k);

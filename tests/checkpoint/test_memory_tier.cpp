@@ -321,8 +321,13 @@ TEST_CASE("cleaners of one job at once: each node directory goes, none reported 
   std::vector<std::thread> cleaners;
   for (auto& lines : said) cleaners.emplace_back([&t, &lines] { lines = checkpoint::tier::remove_job(t.base, t.job); });
   for (auto& c : cleaners) c.join();
+  int removed = 0;
   for (const auto& lines : said)
-    for (const auto& l : lines) CHECK_THAT(l, !Catch::Contains("in use"));
+    for (const auto& l : lines) {
+      CHECK_THAT(l, !Catch::Contains("in use"));
+      removed += l.rfind("removed ", 0) == 0 ? 1 : 0;
+    }
+  CHECK(removed == 1);  // said once, by the cleaner that did it
   CHECK_FALSE(fs::exists(job));
 }
 
