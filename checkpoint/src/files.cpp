@@ -103,6 +103,29 @@ std::string describe_open_error(int err) {
   return std::strerror(err);
 }
 
+std::string pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t at) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd, p, bytes, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return std::strerror(w < 0 ? errno : EIO);
+    p += w, at += static_cast<std::uint64_t>(w), bytes -= static_cast<std::size_t>(w);
+  }
+  return {};
+}
+
+std::string pread_all(int fd, void* data, std::size_t bytes, std::uint64_t at) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t r = ::pread(fd, p, bytes, static_cast<off_t>(at));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return std::strerror(errno);
+    if (r == 0) return fmt::format("short read at byte {}", at);
+    p += r, at += static_cast<std::uint64_t>(r), bytes -= static_cast<std::size_t>(r);
+  }
+  return {};
+}
+
 Dir Dir::open(const std::string& given) {
   const std::string path = strip_trailing_slashes(given);
   if (path.empty()) throw UsageError("no checkpoint directory given", "checkpoint");

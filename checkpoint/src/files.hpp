@@ -70,4 +70,8 @@ class Dir {
 // Text for an open/openat errno that came from O_NOFOLLOW or O_DIRECTORY meeting the wrong kind.
 std::string describe_open_error(int err);
 
+// All `bytes` at offset `at` of `fd`, through short reads/writes and EINTR: "" or why not.
+std::string pread_all(int fd, void* data, std::size_t bytes, std::uint64_t at);
+std::string pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t at);
+
 }  // namespace trainrt::checkpoint

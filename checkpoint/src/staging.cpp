@@ -45,19 +45,22 @@ void Staging::release_anonymous() {
   anonymous_.shrink_to_fit();
 }
 
+std::string allocate_pages(int fd, std::uint64_t bytes) {
+  // tmpfs gives pages on first touch, and one that cannot be had then is a SIGBUS. posix_fallocate
+  // would fall back to writing zeros where fallocate is missing; fallocate itself says EOPNOTSUPP
+  // and the caller's MAP_POPULATE touches the pages either way.
+  if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return {};
+  const int err = errno;
+  if (err != EOPNOTSUPP) return fmt::format("cannot allocate {} bytes for the memory tier: {}", bytes, std::strerror(err));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    return fmt::format("cannot size the memory tier file to {} bytes: {}", bytes, std::strerror(errno));
+  return {};
+}
+
 void Staging::map(Fd fd, std::size_t head, const std::string& path) {
   unmap();
   const std::size_t bytes = head + size_;
-  // Every page now: tmpfs gives pages on first touch, and one that cannot be had then is a SIGBUS
-  // inside save()'s copy. posix_fallocate would fall back to writing zeros where fallocate is
-  // missing; fallocate itself says EOPNOTSUPP and the pages are touched below either way.
-  if (::fallocate(fd.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    if (err != EOPNOTSUPP)
-      throw Error(fmt::format("cannot allocate {} bytes for the memory tier: {}", bytes, std::strerror(err)), path);
-    if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-      throw Error(fmt::format("cannot size the memory tier file to {} bytes: {}", bytes, std::strerror(errno)), path);
-  }
+  if (std::string why = allocate_pages(fd.get(), bytes); !why.empty()) throw Error(why, path);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   if (p == MAP_FAILED) throw Error(fmt::format("cannot map the memory tier file: {}", std::strerror(errno)), path);
   map_ = p;

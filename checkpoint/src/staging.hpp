@@ -14,6 +14,11 @@
 
 namespace trainrt::checkpoint {
 
+// Every page of the first `bytes` of a tmpfs file now (fallocate; ftruncate where it is not
+// supported, the pages then touched by MAP_POPULATE), so a full tmpfs is an error here and never
+// a SIGBUS in a later copy into its mapping: "" or why not.
+std::string allocate_pages(int fd, std::uint64_t bytes);
+
 class Staging {
  public:
   Staging() = default;

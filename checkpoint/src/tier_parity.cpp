@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "buddy.hpp"
+#include "layout.hpp"
 #include "manager_impl.hpp"
 #include "parity.hpp"
 #include "trainrt/error.hpp"
@@ -30,15 +31,9 @@ class XorTarget {
  public:
   XorTarget() = default;
   XorTarget(Fd fd, std::uint64_t bytes) : fd_(std::move(fd)), bytes_(bytes) {
-    // Every page now (as Staging::map): a page tmpfs cannot give at first touch would be a SIGBUS
-    // inside an XOR; here it is an error, and the step is not protected.
-    if (::fallocate(fd_.get(), 0, 0, static_cast<off_t>(bytes)) != 0) {
-      const int err = errno;
-      if (err != EOPNOTSUPP)
-        throw Error(fmt::format("cannot allocate {} bytes: {}", bytes, std::strerror(err)), "memory tier parity");
-      if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0)
-        throw Error(fmt::format("cannot size to {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
-    }
+    // A page tmpfs could not give would be a SIGBUS inside an XOR; here it is an error, and the
+    // step is not protected.
+    if (std::string why = allocate_pages(fd_.get(), bytes); !why.empty()) throw Error(why, "memory tier parity");
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_.get(), 0);
     if (p == MAP_FAILED) throw Error(fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
     map_ = static_cast<std::byte*>(p);
@@ -79,21 +74,10 @@ class XorTarget {
 std::string read_padded(int fd, std::uint64_t base, std::uint64_t size, std::uint64_t at, std::byte* dst, std::size_t n) {
   std::memset(dst, 0, n);
   if (at >= size) return {};
-  std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n, size - at)), got = 0;
-  while (got < want) {
-    const ssize_t r = ::pread(fd, dst + got, want - got, static_cast<off_t>(base + at + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return fmt::format("short read at byte {}", base + at + got);
-    got += static_cast<std::size_t>(r);
-  }
-  return {};
+  return pread_all(fd, dst, static_cast<std::size_t>(std::min<std::uint64_t>(n, size - at)), base + at);
 }
 
 constexpr std::uint64_t kCheckPiece = std::uint64_t{4} << 20;  // bytes read at a time to check a parity block
-
-std::string block_xxh3(const std::byte* data, std::uint64_t bytes) {
-  return fmt::format("{:016x}", XXH3_64bits(data, static_cast<std::size_t>(bytes)));
-}
 
 }  // namespace
 
@@ -161,7 +145,7 @@ std::string Manager::Impl::persist_parity(std::uint64_t step, const std::vector<
     h.members = mine->members;
     h.holder = static_cast<unsigned>(std::find(h.members.begin(), h.members.end(), rank) - h.members.begin());
     h.block = my_block;
-    h.xxh3 = block_xxh3(target.data() + parity::kHeaderBytes, my_block);
+    h.xxh3 = layout::hex(XXH3_64bits(target.data() + parity::kHeaderBytes, static_cast<std::size_t>(my_block)));
     const std::string head = parity::header_text(h);
     std::memcpy(target.data(), head.data(), head.size());
     target.unmap();
@@ -270,7 +254,7 @@ std::string Manager::Impl::run_parity_rebuilds(std::uint64_t step, const Holding
         e = read_padded(src.fd.get(), in.offset, in.size, at, piece.data(), n);
         if (e.empty()) XXH3_64bits_update(state.get(), piece.data(), n);
       }
-      if (e.empty() && fmt::format("{:016x}", XXH3_64bits_digest(state.get())) != in.xxh3)
+      if (e.empty() && layout::hex(XXH3_64bits_digest(state.get())) != in.xxh3)
         e = fmt::format("{} fails its checksum", d->path_of(in.name));
     }
     if (!e.empty()) src.fd.reset();
