@@ -150,25 +150,24 @@ if [[ $(count "^RESTORED 10 memory" "$out") -eq 6 && $(count "^CONTENT ok" "$out
    grep -q "step 10: 2 shard(s) rebuilt from parity" <<<"$out"; then
   pass "n2 lost, spare n4: ranks 2 and 3 rebuilt from the parities on n1 and n3 and the other shards, every byte as saved"
 else fail "parity rebuild on a spare" "$out"; fi
-job=q
-parity_steps
-rm -rf "$(node_dir n2)"
-printf 'garbage' | dd of="$(parity_file n1 10 0)" bs=1 seek=5000 conv=notrunc status=none  # holds block 1 of rank 2
-out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
-if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
-   grep -q "^FALLBACK rank 0: memory tier step 10: .*parity_00000.xor fails its checksum" <<<"$out"; then
-  pass "n2 lost and rank 0's parity corrupted: step 10 refused, the parity named, step 5 from the directory"
-  grep -m1 "^FALLBACK rank 0" <<<"$out" | cut -c1-240 | sed 's/^/  | /'
-else fail "corrupted parity" "$out"; fi
-job=t  # the same parity, planted as a symlink to a good copy of itself: never followed
-parity_steps
-rm -rf "$(node_dir n2)"
-cp "$(parity_file n1 10 0)" "$d/planted.xor" && ln -sf "$d/planted.xor" "$(parity_file n1 10 0)"
-out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
-if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
-   grep -q "^FALLBACK rank 0: memory tier step 10: .*parity_00000.xor is a symbolic link" <<<"$out"; then
-  pass "n2 lost and rank 0's parity a planted symlink (to good bytes): not followed, step 5 from the directory"
-else fail "planted parity symlink" "$out"; fi
+# n2 lost and rank 0's parity (it holds block 1 of rank 2) spoiled by "$@": step 10 must be refused
+# with the parity named as REASON says, and step 5 come from the directory.
+bad_parity_case() {  # bad_parity_case JOB REASON WHAT COMMAND...
+  job=$1; local reason=$2 what=$3; shift 3
+  parity_steps
+  rm -rf "$(node_dir n2)"
+  "$@"
+  out=$(run 6 restore --nodes n1,n1,n4,n4,n3,n3)
+  if [[ $(count "^RESTORED 5 disk" "$out") -eq 6 && $(count "^CONTENT ok" "$out") -eq 6 ]] &&
+     grep -q "^FALLBACK rank 0: memory tier step 10: .*parity_00000.xor $reason" <<<"$out"; then
+    pass "n2 lost and rank 0's parity $what: step 10 refused, the parity named, step 5 from the directory"
+    grep -m1 "^FALLBACK rank 0" <<<"$out" | cut -c1-240 | sed 's/^/  | /'
+  else fail "$what parity" "$out"; fi
+}
+corrupt_parity() { printf 'garbage' | dd of="$(parity_file n1 10 0)" bs=1 seek=5000 conv=notrunc status=none; }
+plant_parity() { cp "$(parity_file n1 10 0)" "$d/planted.xor" && ln -sf "$d/planted.xor" "$(parity_file n1 10 0)"; }
+bad_parity_case q "fails its checksum" "corrupted" corrupt_parity
+bad_parity_case t "is a symbolic link" "a planted symlink (to good bytes, never followed)" plant_parity
 job=r
 run 6 snapshot 10 --nodes n1,n1,n2,n2,n3,n3 --parity 3 --state sharded >/dev/null
 rm -rf "$(node_dir n3)"
