@@ -19,8 +19,10 @@ kernel-assigned port only for the lifetime of the process group. See docs/perfor
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import fcntl
+import gc
 import os
 import socket
 import struct
@@ -34,6 +36,7 @@ __all__ = ["SessionStore", "StoreError", "ArgumentError", "init_process_group", 
            "world"]
 
 _DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)  # torch's own default for process groups
+_exit_hooks: list = []  # registered once per process, whatever the number of init/destroy rounds
 _state: dict = {}  # the world and store of the live process group (the server lives in rank 0's)
 
 
@@ -196,7 +199,21 @@ def init_process_group(backend: str = "gloo", *, world=None, timeout: datetime.t
     store = SessionStore.create(w, timeout)
     dist.init_process_group(backend, store=store, rank=w.rank, world_size=w.world_size, timeout=timeout, **kw)
     _state.update(world=w, store=store, backend=backend)
+    if not _exit_hooks:
+        atexit.register(_collect_before_finalizing)
+        _exit_hooks.append(_collect_before_finalizing)
     return w
+
+
+def _collect_before_finalizing() -> None:
+    """Frees the process groups' garbage while other threads may still take the GIL.
+
+    torch's gloo worker threads can hold the last reference to finished work (a barrier holds the
+    work before it) and drop it, with its tensors, after wait() has returned. If that comes during
+    Py_Finalize, the thread's GIL request ends it and the rank aborts ("terminate called without
+    an active exception", exit 134), which a launcher counts as a failed task. Collected here (atexit
+    runs before finalization), the groups' destructors join those threads with the GIL released."""
+    gc.collect()
 
 
 def destroy_process_group() -> None:
