@@ -10,6 +10,10 @@
 //                                 ceil(N/256) roots (after one untimed exchange of each);
 //                                 a checkpoint save of 64 bytes per rank (its commit agreement is
 //                                 the cost; files on --ckpt-dir, tmpfs by default)
+//                                 per rank, what init() asked of PMIx (fences with and without
+//                                 data, puts, gets of keys on this node and on others) and the
+//                                 sockets it opened (the host backend's connections), as the most
+//                                 any node leader and any other rank needed ("init_msgs_*")
 // --hold S: every rank sleeps S seconds before it exits, so its memory can be read (scale.sh).
 // Rank 0 prints "<figure> <ranks> <nodes> <ms>" lines. A cold figure is the slowest rank's time
 // from its own main() ("_own") and the time from the last rank entering main() to the last rank
@@ -129,11 +133,25 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+// Sockets this process holds (its PMIx client's, its host backend's connections and listeners).
+double open_sockets() {
+  double n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.native().starts_with("socket:")) ++n;
+  }
+  return n;
+}
+
 // Reported as one vector, so one max over ranks gives every figure: [cpu, own, main_at, ready_at]
-// (the CPU sum is taken of the first), then R warm times per figure.
+// (the CPU sum is taken of the first), then R warm times per figure, then each count twice (the
+// leader's slot and the other ranks' slot, the one that is not this rank's left 0).
 struct Samples {
   std::vector<std::string> names;  // warm figures
   std::vector<std::vector<double>> warm;
+  std::vector<std::pair<std::string, double>> counts;
+  bool leader = false;  // this rank is its node's lowest
   double own = 0, main_at = 0, ready_at = 0, cpu = 0;  // cpu: ms this rank used from main() to ready
 
   std::vector<double>& figure(const std::string& name) {
@@ -146,6 +164,10 @@ struct Samples {
   void report(Pmix& px, const std::string& cold) {
     std::vector<double> flat = {cpu, own, main_at, ready_at};
     for (const auto& w : warm) flat.insert(flat.end(), w.begin(), w.end());
+    for (const auto& [name, n] : counts) {
+      flat.push_back(leader ? n : 0);
+      flat.push_back(leader ? 0 : n);
+    }
     double cpu_sum = 0;
     auto worst = slowest(px, flat, cpu_sum);
     if (px.me.rank != 0) return;
@@ -157,6 +179,10 @@ struct Samples {
       std::vector<double> w(worst.begin() + static_cast<long>(at), worst.begin() + static_cast<long>(at + warm[i].size()));
       at += warm[i].size();
       fmt::print("{} {} {} {:.3f}\n", names[i], px.size, px.nodes, median(w));
+    }
+    for (const auto& [name, n] : counts) {
+      fmt::print("{}_msgs_{}_leader {} {} {:.0f}\n", cold, name, px.size, px.nodes, worst[at++]);
+      fmt::print("{}_msgs_{}_other {} {} {:.0f}\n", cold, name, px.size, px.nodes, worst[at++]);
     }
     std::fflush(stdout);
   }
@@ -202,10 +228,19 @@ int run_init(double main_at, double cpu_at_main, int reps, const std::string& ck
   // ends in "device collectives off"): the agreement a GPU job pays before NCCL's own init.
   io.nccl = device_placement ? trainrt::DeviceComm::Auto : trainrt::DeviceComm::Off;
   io.bootstrap.quiet = true;
+  const double sockets_before = open_sockets();
   auto rt = trainrt::init(io);
   s.ready_at = wall_ms();
   s.cpu = cpu_ms() - cpu_at_main;
   s.own = s.ready_at - main_at;
+  {
+    const auto c = rt->session->counts();
+    const auto peers = rt->session->local_peers();
+    s.leader = !peers.empty() && peers.front() == rt->session->rank();
+    s.counts = {{"fences", static_cast<double>(c.fences)},       {"fences_data", static_cast<double>(c.fences_with_data)},
+                {"puts", static_cast<double>(c.puts)},           {"gets_remote", static_cast<double>(c.gets_remote)},
+                {"gets_local", static_cast<double>(c.gets_local)}, {"sockets", open_sockets() - sockets_before}};
+  }
   Pmix px;  // PMIx_Init again: the same process, a second reference
   auto& session = *rt->session;
   const bool nccl = trainrt::nccl_built();

@@ -3,6 +3,7 @@
 #include <pmix.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -119,6 +120,9 @@ class PmixSession final : public Session {
   }
   std::string job_id() const override { return me_.nspace; }
   bool is_single_process() const override { return false; }
+  SessionCounts counts() const override {
+    return {fences_.load(), fences_with_data_.load(), puts_.load(), gets_remote_.load(), gets_local_.load()};
+  }
 
   // Beyond a few ranks: a gather to rank 0 through the node leaders and one broadcast of every
   // blob in a bundle, so each rank reads one value instead of N (N^2 reads over the world: 1.1-1.6 s
@@ -283,6 +287,7 @@ class PmixSession final : public Session {
       PMIX_INFO_LOAD(&info.get()[1], PMIX_GET_REFRESH_CACHE, &refresh, PMIX_BOOL);
       ValuePtr v;
       pmix_status_t rc;
+      count_get(owner);
       if (locked) {
         rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
       } else {
@@ -308,6 +313,7 @@ class PmixSession final : public Session {
     // PMIx copies the value in PMIx_Put; it never writes through this pointer.
     value.data.bo.bytes = reinterpret_cast<char*>(const_cast<std::uint8_t*>(data.data()));
     value.data.bo.size = data.size();
+    ++puts_;
     pmix_status_t rc = PMIx_Put(scope, key.c_str(), &value);
     if (rc != PMIX_SUCCESS) throw Error(fmt::format("PMIx_Put({}) failed: {}", key, status(rc)), "bootstrap");
     rc = PMIx_Commit();
@@ -319,6 +325,7 @@ class PmixSession final : public Session {
     bool yes = collect;
     PMIX_INFO_LOAD(&info.get()[0], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
     PMIX_INFO_LOAD(&info.get()[1], PMIX_TIMEOUT, &timeout_, PMIX_INT);
+    ++(collect ? fences_with_data_ : fences_);
     pmix_status_t rc = PMIx_Fence(&all_, 1, info.get(), info.size());
     if (rc != PMIX_SUCCESS)
       throw Error(fmt::format("rank {}: fence for '{}' failed after at most {} s: {} (a rank of the {} died or never "
@@ -333,6 +340,7 @@ class PmixSession final : public Session {
     InfoArray info(1);
     PMIX_INFO_LOAD(&info.get()[0], PMIX_TIMEOUT, &timeout_, PMIX_INT);
     ValuePtr v;
+    count_get(from);
     pmix_status_t rc = PMIx_Get(&peer, key.c_str(), info.get(), info.size(), &v.v);
     if (rc != PMIX_SUCCESS || v.v->type != PMIX_BYTE_OBJECT) {
       if (rc == PMIX_SUCCESS && v.v->type == PMIX_UNDEF) return {};
@@ -341,6 +349,10 @@ class PmixSession final : public Session {
     }
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(v.v->data.bo.bytes);
     return Blob(bytes, bytes + v.v->data.bo.size);
+  }
+
+  void count_get(unsigned owner) {
+    ++(std::binary_search(local_peers_.begin(), local_peers_.end(), owner) ? gets_local_ : gets_remote_);
   }
 
   pmix_proc_t me_{};
@@ -355,6 +367,7 @@ class PmixSession final : public Session {
   static constexpr unsigned kDirectAllgatherRanks = 16;
   bool peers_known_ = false;  // PMIx named the local peers (else local_peers_ is this rank alone)
   std::uint64_t counter_ = 0;
+  std::atomic<std::uint64_t> fences_{0}, fences_with_data_{0}, puts_{0}, gets_remote_{0}, gets_local_{0};
   std::mutex mutex_;
 };
 

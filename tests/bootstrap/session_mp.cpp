@@ -63,7 +63,21 @@ int main() {
     } catch (const trainrt::Error& e) {
       check(std::string(e.what()).find("source 0") != std::string::npos, fmt::format("unclear error: {}", e.what()));
     }
+    // The message counts (docs/scale.md): a broadcast is one fence with data, one put at the root
+    // and one get elsewhere; a barrier one data-free fence and nothing else.
+    const auto c0 = s->counts();
     check(s->broadcast(blob_of(me, 92), n - 1) == blob_of(n - 1, 92), "broadcast from the last rank");
+    const auto c1 = s->counts();
+    const bool root = me == n - 1;
+    const auto gets = [](const trainrt::bootstrap::SessionCounts& c) { return c.gets_local + c.gets_remote; };
+    check(c1.fences_with_data == c0.fences_with_data + 1 && c1.fences == c0.fences && c1.puts == c0.puts + (root ? 1 : 0) &&
+              gets(c1) == gets(c0) + (root ? 0 : 1),
+          fmt::format("broadcast counted {} fences with data, {} fences, {} puts, {} gets", c1.fences_with_data - c0.fences_with_data,
+                      c1.fences - c0.fences, c1.puts - c0.puts, gets(c1) - gets(c0)));
+    const bool same_node = std::ranges::count(s->local_peers(), n - 1) > 0;
+    check(root || (same_node ? c1.gets_local - c0.gets_local : c1.gets_remote - c0.gets_remote) == 1,
+          fmt::format("the root's blob read as {} (the root is {} this node)", same_node ? "remote" : "local",
+                      same_node ? "on" : "off"));
     auto nodes = s->ranks_by_node();
     std::vector<unsigned> seen;
     for (const auto& node : nodes) {
@@ -77,7 +91,11 @@ int main() {
     check(seen == every, fmt::format("ranks_by_node covers {}", seen));
     std::string shape;
     for (const auto& node : nodes) shape += fmt::format("{}{}", shape.empty() ? "" : "|", fmt::join(node, ","));
+    const auto c2 = s->counts();
     s->barrier();
+    const auto c3 = s->counts();
+    check(c3.fences == c2.fences + 1 && c3.fences_with_data == c2.fences_with_data && c3.puts == c2.puts && gets(c3) == gets(c2),
+          "a barrier counted more than one data-free fence");
     fmt::print("rank {} of {}: {} checks, {} failed, nodes [{}]\n", me, n, checks, failures, shape);
     return failures ? 1 : 0;
   } catch (const std::exception& e) {

@@ -18,6 +18,18 @@ struct SessionOptions {
   bool quiet = false;                 // do not announce the single-process fallback
 };
 
+// What this process has asked of the launcher's key-value service since the session opened: the
+// per-rank message counts of docs/scale.md. Each is a request to this node's PMIx server; a fence
+// with data is a ring through the nodes in Slurm's PMIx plugin, a data-free one its tree. Reads of
+// the job's own data (sizes, node map) are not counted.
+struct SessionCounts {
+  std::uint64_t fences = 0;            // data-free
+  std::uint64_t fences_with_data = 0;
+  std::uint64_t puts = 0;
+  std::uint64_t gets_remote = 0;       // of a key put by a rank on another node (every poll attempt)
+  std::uint64_t gets_local = 0;        // of a key put by a rank on this node
+};
+
 class Session {
  public:
   // PMIx when the environment names a PMIx server, else the single-process world.
@@ -36,6 +48,7 @@ class Session {
   virtual std::vector<std::vector<unsigned>> ranks_by_node() = 0;
   virtual std::string job_id() const = 0;                 // the PMIx namespace, "single" otherwise
   virtual bool is_single_process() const = 0;
+  virtual SessionCounts counts() const { return {}; }  // zero where nothing is asked of a server
 
   // Every rank contributes one blob (sizes may differ); all get every blob, indexed by rank.
   virtual std::vector<Blob> allgather(std::span<const std::uint8_t> mine) = 0;
