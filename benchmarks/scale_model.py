@@ -69,6 +69,26 @@ def summary(paths):
         print(f"{r:6d} {n:5d} {d:5d} {rt:>5} {statistics.median(load[key]):5.1f} {cells} "
               f"{ratio(m.get('init_last'), m.get('floor_last')):>10} {ratio(m.get('torch_last'), m.get('init_last')):>10} "
               f"{runs:5d}{'  failed: ' + str(fails) if fails else ''}")
+    messages(figures)
+
+
+MESSAGE_KINDS = ["fences", "fences_data", "puts", "gets_remote", "gets_local", "sockets"]
+
+
+def messages(figures):
+    """What init() asked of PMIx per rank and the sockets it opened (scale_bench's init_msgs_*): the
+    most over runs, for a node leader / for any other rank. Constant columns as ranks and nodes grow
+    are the O(1) per rank the design claims; a column that grows names what does not."""
+    keys = [k for k in sorted(figures) if any(f.startswith("init_msgs_") for f in figures[k])]
+    if not keys:
+        return
+    print("\ninit's requests per rank (leader/other, most over runs): PMIx fences without data, with data, "
+          "puts, gets of keys on other nodes, on this node; sockets opened")
+    print(f"{'ranks':>6} {'nodes':>5} {'delay':>5} " + " ".join(f"{k:>12}" for k in MESSAGE_KINDS))
+    for key in keys:
+        f = figures[key]
+        cell = lambda k: "/".join(f"{max(f[n]):.0f}" if f.get(n) else "-" for n in (f"init_msgs_{k}_leader", f"init_msgs_{k}_other"))
+        print(f"{key[0]:6d} {key[1]:5d} {key[2]:5d} " + " ".join(f"{cell(k):>12}" for k in MESSAGE_KINDS))
 
 
 def main():

@@ -14,7 +14,9 @@
 #      its tasks, train.sbatch probes its slurmd, gets no answer and gives srun up at once (not
 #      after STEP_END_WAIT), and the recovery goes on as in (a), bitwise equal at the end;
 #  (d) (a) with parity instead of buddy copies (--tier-parity 2): the spare rebuilds trt-n2's
-#      shards from the parities and the shards on trt-n1, bitwise equal at the end.
+#      shards from the parities and the shards on trt-n1, bitwise equal at the end;
+#  (e) (a), and the spare trt-n3 lost too as soon as its trainers run: with no spare left the world
+#      shrinks to trt-n1's 2 ranks, which restore the 4 ranks' step from memory and reach the end.
 # Usage: recovery.sh BUILD_DIR. Exit 77 (skipped) when not root.
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -29,26 +31,16 @@ for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not
 source "$repo/tests/slurm/harness.sh"
 cluster_harness recovery 7967 7968
 trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-fault=kill protection=buddies
+fault=kill protection=buddies second_fault=
 bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
-crun() { timeout 300 bash "$cluster" run "$@"; }
-tier_root=/dev/shm/trainrt-$(id -u)
+source "$repo/tests/slurm/recovery_lib.sh"
 args=(--device cpu --steps 300 --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
-final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
 
 # The uninterrupted run: the same 4 ranks on 2 nodes.
 ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${args[@]}" \
       --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
 [[ -n $ref ]] && pass "uninterrupted run, 4 ranks on trt-n1 + trt-n2: $ref" || { fail "reference run"; exit 1; }
 
-# PIDs of job $1's trainer processes on node $2 (every process of the node's step).
-pids_on() {
-  local pid
-  for pid in $(pgrep -f "^$trainer "); do  # the trainers, not srun (whose command line names it too)
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && echo "$pid"
-  done
-}
 # Whether the memory tier of job $1 holds a step >= $2 complete on both nodes: on trt-n1 and trt-n2
 # its manifest and all 4 shards (each node's own 2 and its buddy copies of the other's 2), so a lost
 # node's shards are on the other one. While a snapshot is being made the previous one is partly
@@ -94,15 +86,10 @@ freeze_when_protected() {  # freeze_when_protected JOBID STEP PIDS...: 0 with th
 # after running "$@" on the frozen job (all its trainer processes stopped, so no save moves on).
 run_case() {  # run_case NAME [command run while frozen...]
   local name=$1 jobid; shift
-  export TRAINER=$trainer DOCTOR=$doctor CKPT_TOOL=$tool RUN_DIR=$work/$name MAX_RERUNS=2
-  jobid=$(crun sbatch --parsable -N 3 --ntasks-per-node=2 --export=ALL,TRAINRT_SPARES=1 \
-          --train-runtime=policy=numa,bind=off -o "$work/$name.out" "$repo/slurm_examples/train.sbatch" "${args[@]}")
+  RUN_DIR=$work/$name
+  jobid=$(submit_with_spare "$name" "${args[@]}")
   local all victims
-  for _ in $(seq 1 600); do
-    all=$( (pids_on "$jobid" trt-n1; pids_on "$jobid" trt-n2) | tr '\n' ' ')
-    [[ $(wc -w <<<"$all") -eq 4 ]] && break
-    sleep 0.1
-  done
+  all=$(wait_for_trainers "$jobid" 4 trt-n1 trt-n2)
   victims=$(pids_on "$jobid" trt-n2 | tr '\n' ' ')
   if ! freeze_when_protected "$jobid" 40 $all; then
     fail "$name: no complete snapshot of step 40 or later in the memory tier" "$(tail -5 "$work/$name.out")"; return 1
@@ -119,15 +106,17 @@ run_case() {  # run_case NAME [command run while frozen...]
   fi
   killed_after=$(grep -c '"event":"step"' "$RUN_DIR/out/metrics_rank0.jsonl")
   kill -CONT $all 2>/dev/null
+  if [[ $second_fault == spare ]]; then  # the spare lost too, as soon as its trainers run (its restore)
+    spare_pids=$(wait_for_trainers "$jobid" 2 trt-n3) && kill -KILL $spare_pids && rm -rf "$tiers/trt-n3"
+  fi
   if [[ $fault == link ]]; then
     # Up again once the recovery event is written: the old step then ends on trt-n2 too.
     for _ in $(seq 1 600); do grep -q '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" && break; sleep 0.1; done
     ip -n trt-n2 link set eth0 up
   fi
-  for _ in $(seq 1 900); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+  wait_for_job_end "$jobid"
   out=$(cat "$work/$name.out")
-  echo "$out" | grep -E '^(doctor: (verdict|never)|train.sbatch|step failed|training finished|checkpoint: (restored|skipped)|memory tier: (removed|job)|FINAL)' |
-    sed 's/^/  | /'
+  echo "$out" | recovery_lines | sed 's/^/  | /'
   job_tier=$tier_root/job-$jobid
 }
 phases() {  # phases EVENT FAULT: the time from the fault to the first step, and the recovery's phases
@@ -194,6 +183,20 @@ if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -qE "step [0-9]+: 2 sh
   pass "parity instead of buddy copies: trt-n2's ranks killed after step $killed_after, trt-n3 rebuilt their shards from parity, final params bitwise equal; tier removed at the end"
   phases "$event" kill
 else fail "parity" "event: $event" "tier left: $(ls -d "$job_tier" 2>/dev/null)" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
+
+# ---------------------------------------------------------------- (e) the spare lost too
+# A spare that fails is left out like any node; with none left the world shrinks (train.sbatch:
+# MAX_EXCLUDED counts the nodes the world lost, not the one the spare replaced). The spare's ranks
+# die before they write a flight recorder: the doctor must not read their predecessors' instead.
+protection=buddies second_fault=spare
+args=("${args[@]:0:${#args[@]}-2}")  # no --tier-parity
+run_case spare-lost
+event=$(grep '"event":"recovery"' "$RUN_DIR/out/metrics_rank0.jsonl" | tail -1)
+if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -q "rerunning without trt-n2,trt-n3" <<<"$out" &&
+   grep -q '"kind":"shrink"' <<<"$event" && grep -q '"restore_source":"memory"' <<<"$event" &&
+   [[ $(final <<<"$out") == "FINAL step 300 "* ]] && grep -q '^training finished' <<<"$out" && [[ ! -e $job_tier ]]; then
+  pass "trt-n2 lost after step $killed_after, then the spare trt-n3 as its trainers started: the world shrank to trt-n1's 2 ranks, restored from memory, reached step 300; tier removed at the end"
+else fail "spare lost too" "event: $event" "tier left: $(ls -d "$job_tier" 2>/dev/null)" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
 echo "recovery: $passed passed, $failed failed"
 exit $((failed > 0))

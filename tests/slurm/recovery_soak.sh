@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Recovery at kill points, nodes and faults that tests/slurm/recovery.sh does not pick: each round
+# submits train.sbatch (4 ranks on trt-n1 + trt-n2, trt-n3 the spare, memory tier with buddy copies
+# or parity) and, at a random step and a random moment inside it (snapshots and their persists
+# included, not only the windows where a tier step is complete), hits one node with one fault:
+#   lost  every trainer process of the node killed and its memory tier removed (the node is gone);
+#   kill  every trainer process of the node killed, its tier left (processes lost, node alive);
+#   link  its link taken down (trt-n2 only: trt-n1 runs the batch script, whose loss needs a requeue);
+#   double  trt-n2 lost, then the spare trt-n3 lost too, at a random moment of its first seconds
+#         (its restore included): no spare is left, so the world shrinks to trt-n1's 2 ranks.
+# Every round must end with "training finished", the job's memory tier gone; with the world size
+# kept (one fault: the spare takes the node's place) the final parameters must equal the
+# uninterrupted run's bit for bit, whichever tier the step came from; after a double fault the
+# last recovery must be a shrink that reaches the last step. Prints a line per round (fault, kill point, the step restored and from where,
+# fault -> first step) and a summary. Not a CTest test (minutes, random): a soak for changes to the
+# recovery path; docs/recovery.md "Soak" has its latest figures.
+# SOAK_SECOND: the seconds between the spare's trainers starting and the second fault of "double"
+# (default: random, 0-3 s).
+# Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
+set -uo pipefail
+build=$(cd "$1" && pwd)
+rounds=${2:-8} seed=${3:-$(date +%s)}
+[[ $rounds =~ ^[0-9]+$ && $rounds -ge 1 ]] || { echo "recovery_soak.sh: ROUNDS '$rounds' must be a number >= 1" >&2; exit 2; }
+[[ $seed =~ ^[0-9]+$ ]] || { echo "recovery_soak.sh: SEED '$seed' must be a number" >&2; exit 2; }
+read -ra faults <<<"${SOAK_FAULTS:-lost kill link double}"
+for f in "${faults[@]}"; do
+  [[ $f =~ ^(lost|kill|link|double)$ ]] || { echo "recovery_soak.sh: SOAK_FAULTS names '$f'; valid: lost kill link double" >&2; exit 2; }
+done
+(( ${#faults[@]} )) || { echo "recovery_soak.sh: SOAK_FAULTS is empty" >&2; exit 2; }
+[[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+  { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+trainer=$build/slurm_examples/trainer/train-mlp
+doctor=$build/doctor/trainrt-doctor
+tool=$build/checkpoint/trainrt-ckpt
+if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
+for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
+
+source "$repo/tests/slurm/harness.sh"
+cluster_harness soak 7987 7988
+trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
+source "$repo/tests/slurm/recovery_lib.sh"
+steps=300
+args=(--device cpu --steps $steps --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
+ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${args[@]}" \
+      --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
+[[ -n $ref ]] && pass "uninterrupted run, 4 ranks on trt-n1 + trt-n2: $ref" || { fail "reference run"; exit 1; }
+echo "seed $seed, $rounds rounds"
+
+steps_done() {  # training steps rank 0 has finished in this round's run (0 before its metrics exist)
+  local n
+  n=$(grep -c '"event":"step"' "$metrics" 2>/dev/null)
+  echo "${n:-0}"
+}
+
+RANDOM=$seed
+sources=()
+for ((i = 1; i <= rounds; i++)); do
+  fault=${faults[RANDOM % ${#faults[@]}]}
+  victim=trt-n$((RANDOM % 2 + 1)); [[ $fault == link || $fault == double ]] && victim=trt-n2
+  protection=buddies; extra=()
+  (( RANDOM % 3 == 0 )) && { protection=parity; extra=(--tier-parity 2); }
+  at_step=$((RANDOM % (steps - 20) + 1)) pause=$(printf '0.%03d' $((RANDOM % 400)))
+  name=round$i
+  jobid=$(submit_with_spare "$name" "${args[@]}" "${extra[@]}")
+  metrics=$work/$name/out/metrics_rank0.jsonl
+  if ! wait_for_trainers "$jobid" 4 trt-n1 trt-n2 >/dev/null; then
+    fail "round $i: the job's 4 trainers never ran" "$(tail -5 "$work/$name.out")"; continue
+  fi
+  victims=$(pids_on "$jobid" "$victim" | tr '\n' ' ')
+  for _ in $(seq 1 3000); do
+    (( $(steps_done) >= at_step )) && break
+    sleep 0.02
+  done
+  sleep "$pause"
+  killed_after=$(steps_done)
+  kill_at=$(date +%s.%N)
+  case $fault in
+    lost | double) kill -KILL $victims 2>/dev/null; rm -rf "$tier_root/job-$jobid"/ckpt-*/"$victim" ;;
+    kill) kill -KILL $victims 2>/dev/null ;;
+    link) ip -n "$victim" link set eth0 down ;;
+  esac
+  second=""
+  if [[ $fault == double ]]; then
+    second=${SOAK_SECOND:-$(printf '%d.%03d' $((RANDOM % 3)) $((RANDOM % 1000)))}
+    if spare_pids=$(wait_for_trainers "$jobid" 2 trt-n3); then
+      sleep "$second"
+      if kill -KILL $spare_pids 2>/dev/null; then
+        rm -rf "$tier_root/job-$jobid"/ckpt-*/trt-n3
+        second=" and trt-n3 +$second s after its trainers started"
+      else  # the run was done before the second fault: judged as one fault
+        fault=lost second=" (the run ended before trt-n3's +$second s)"
+      fi
+    else
+      second=" (the spare's trainers never started)"
+    fi
+  fi
+  if [[ $fault == link ]]; then
+    for _ in $(seq 1 900); do grep -q '"event":"recovery"' "$metrics" 2>/dev/null && break; sleep 0.1; done
+    ip -n "$victim" link set eth0 up
+  fi
+  wait_for_job_end "$jobid"
+  out=$(cat "$work/$name.out")
+  event=$(grep '"event":"recovery"' "$metrics" 2>/dev/null | tail -1)
+  [[ $fault == link ]] && rm -rf "$tier_root/job-$jobid"  # the cut-off node's part (the next job there cleans it)
+  what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second"
+  if [[ -z $event ]]; then
+    outcome="no recovery"
+  else
+    outcome=$(python3 -c "
+import json, sys
+e = json.loads(sys.argv[1]); k = float(sys.argv[2])
+print('step %s restored from %s, %.2f s from the fault to the first step' % (e.get('restored_step'), e.get('restore_source'), e['times']['first_step_done'] - k))
+" "$event" "$kill_at" 2>/dev/null || echo "unreadable recovery event")
+  fi
+  if [[ $fault == double ]]; then
+    kept=0
+    [[ $(final <<<"$out") == "FINAL step $steps "* ]] && grep -q '"kind":"shrink"' <<<"$event" && kept=1
+  else
+    kept=0
+    [[ $(final <<<"$out") == "$ref" ]] && kept=1
+  fi
+  if grep -q '^training finished' <<<"$out" && (( kept )) && [[ -n $event ]] && [[ ! -e $tier_root/job-$jobid ]]; then
+    pass "$what: $outcome, $([[ $fault == double ]] && echo "shrunk to 2 ranks, step $steps reached" || echo "final params bitwise equal")"
+    sources+=("$(grep -o '"restore_source":"[a-z]*"' <<<"$event" | cut -d'"' -f4)")
+  else
+    fail "$what: $outcome" "final '$(final <<<"$out")', tier left: $(ls -d "$tier_root/job-$jobid" 2>/dev/null)" \
+      "$(recovery_lines <<<"$out" | tail -20)"
+    cp "$work/$name.out" "/tmp/recovery-soak-$seed-$name.out" 2>/dev/null && echo "  (output kept: /tmp/recovery-soak-$seed-$name.out)"
+  fi
+done
+echo "restored from: $(printf '%s\n' "${sources[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
+echo "recovery soak (seed $seed): $passed passed, $failed failed"
+exit $((failed > 0))
