@@ -213,6 +213,15 @@ class PmixSession final : public Session {
     return out;
   }
 
+  void join_gather_from(const std::vector<unsigned>& sources) override {
+    check_sources(sources, size_);
+    if (std::binary_search(sources.begin(), sources.end(), me_.rank))
+      throw Error(fmt::format("join_gather_from: rank {} is one of the sources: it must call gather_from", me_.rank),
+                  "bootstrap");
+    std::lock_guard lock(mutex_);
+    fence(true, next_key());  // the same key sequence as the sources' gather_from
+  }
+
   void barrier() override {
     std::lock_guard lock(mutex_);
     fence(false, "barrier");

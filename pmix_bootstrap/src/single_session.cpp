@@ -57,6 +57,12 @@ std::vector<Blob> Session::gather_from(std::span<const std::uint8_t> mine, const
   return out;
 }
 
+void Session::join_gather_from(const std::vector<unsigned>& sources) {
+  if (std::binary_search(sources.begin(), sources.end(), rank()))
+    throw Error(fmt::format("join_gather_from: rank {} is one of the sources: it must call gather_from", rank()), "bootstrap");
+  gather_from({}, sources);
+}
+
 void check_sources(const std::vector<unsigned>& sources, unsigned size) {
   for (std::size_t i = 0; i < sources.size(); ++i)
     if (sources[i] >= size || (i > 0 && sources[i] <= sources[i - 1]))

@@ -50,11 +50,15 @@ class SubSession final : public bootstrap::Session {
   std::string job_id() const override { return parent_.job_id(); }
   bool is_single_process() const override { return false; }
 
-  // One fence of the parent where only members put data and every rank reads only the members'
-  // blobs (|members| reads each, not the world's N). Non-members pass nothing and get the blobs too.
+  // One fence of the parent where only members put data and read the members' blobs (|members|
+  // reads each, not the world's N). Non-members join the fence, read nothing and get empty blobs.
   std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t> mine) override {
     std::vector<unsigned> ascending = members_;
     std::sort(ascending.begin(), ascending.end());
+    if (!is_member()) {
+      parent_.join_gather_from(ascending);
+      return std::vector<bootstrap::Blob>(members_.size());
+    }
     auto blobs = parent_.gather_from(is_member() ? mine : std::span<const std::uint8_t>{}, ascending);
     std::vector<bootstrap::Blob> out(members_.size());
     for (std::size_t i = 0; i < members_.size(); ++i)

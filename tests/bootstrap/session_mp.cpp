@@ -91,6 +91,28 @@ int main() {
     check(seen == every, fmt::format("ranks_by_node covers {}", seen));
     std::string shape;
     for (const auto& node : nodes) shape += fmt::format("{}{}", shape.empty() ? "" : "|", fmt::join(node, ","));
+    // join_gather_from: the ranks outside `sources` join the fence and read nothing.
+    const std::vector<unsigned> first_last = n > 1 ? std::vector<unsigned>{0, n - 1} : std::vector<unsigned>{0};
+    const bool source = me == 0 || me == n - 1;
+    const auto c4 = s->counts();
+    if (source) {
+      const auto got = s->gather_from(blob_of(me, 93), first_last);
+      check(got.size() == first_last.size() && got.front() == blob_of(0, 93) && got.back() == blob_of(n - 1, 93),
+            "gather_from beside join_gather_from");
+    } else {
+      s->join_gather_from(first_last);
+      const auto c5 = s->counts();
+      check(gets(c5) == gets(c4) && c5.puts == c4.puts && c5.fences_with_data == c4.fences_with_data + 1,
+            fmt::format("join_gather_from read {} blobs and put {}", gets(c5) - gets(c4), c5.puts - c4.puts));
+    }
+    if (source) {
+      try {
+        s->join_gather_from(first_last);
+        check(false, "join_gather_from by a source was accepted");
+      } catch (const trainrt::Error& e) {
+        check(std::string(e.what()).find("one of the sources") != std::string::npos, fmt::format("unclear error: {}", e.what()));
+      }
+    }
     const auto c2 = s->counts();
     s->barrier();
     const auto c3 = s->counts();

@@ -62,6 +62,9 @@ class Session {
   // returns their blobs in that order. For a few roots' data (NCCL's unique ids): every rank
   // reads |sources| blobs, not N.
   virtual std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources);
+  // gather_from by a rank that is none of `sources` and needs none of their blobs (a node's other
+  // ranks while its leader meets the other leaders): it joins the fence and reads nothing.
+  virtual void join_gather_from(const std::vector<unsigned>& sources);
   virtual void barrier() = 0;
 
   // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under
