@@ -15,8 +15,9 @@
 # fault -> first step) and a summary. Not a CTest test (minutes, random): a soak for changes to the
 # recovery path; docs/recovery.md "Soak" has its latest figures.
 # SOAK_SECOND: the seconds between the spare's trainers starting and the second fault of "double"
-# (default: random, 0-3 s).
-# Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
+# (default: random, 0-3 s). SOAK_FROM=I starts at round I (each round draws from SEED and its
+# number alone, so rounds I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
+# Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
 set -uo pipefail
 build=$(cd "$1" && pwd)
 rounds=${2:-8} seed=${3:-$(date +%s)}
@@ -27,6 +28,9 @@ for f in "${faults[@]}"; do
   [[ $f =~ ^(lost|kill|link|double)$ ]] || { echo "recovery_soak.sh: SOAK_FAULTS names '$f'; valid: lost kill link double" >&2; exit 2; }
 done
 (( ${#faults[@]} )) || { echo "recovery_soak.sh: SOAK_FAULTS is empty" >&2; exit 2; }
+first_round=${SOAK_FROM:-1}
+[[ $first_round =~ ^[0-9]+$ && $first_round -ge 1 ]] || { echo "recovery_soak.sh: SOAK_FROM '$first_round' must be a round number >= 1" >&2; exit 2; }
+[[ -z ${SOAK_KEEP:-} || -d ${SOAK_KEEP:-} ]] || { echo "recovery_soak.sh: SOAK_KEEP '$SOAK_KEEP' is not a folder" >&2; exit 2; }
 [[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
   { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -55,9 +59,9 @@ steps_done() {  # training steps rank 0 has finished in this round's run (0 befo
   echo "${n:-0}"
 }
 
-RANDOM=$seed
 sources=()
-for ((i = 1; i <= rounds; i++)); do
+for ((i = first_round; i <= rounds; i++)); do
+  RANDOM=$((seed * 1000 + i))  # each round its own draw: SOAK_FROM=i replays round i of a seed
   fault=${faults[RANDOM % ${#faults[@]}]}
   victim=trt-n$((RANDOM % 2 + 1)); [[ $fault == link || $fault == double ]] && victim=trt-n2
   protection=buddies; extra=()
@@ -115,6 +119,7 @@ e = json.loads(sys.argv[1]); k = float(sys.argv[2])
 print('step %s restored from %s, %.2f s from the fault to the first step' % (e.get('restored_step'), e.get('restore_source'), e['times']['first_step_done'] - k))
 " "$event" "$kill_at" 2>/dev/null || echo "unreadable recovery event")
   fi
+  [[ -n ${SOAK_KEEP:-} ]] && cp "$work/$name.out" "$SOAK_KEEP/recovery-soak-$seed-$name.out"
   if [[ $fault == double ]]; then
     kept=0
     [[ $(final <<<"$out") == "FINAL step $steps "* ]] && grep -q '"kind":"shrink"' <<<"$event" && kept=1
