@@ -21,19 +21,9 @@
 set -uo pipefail
 build=$(cd "$1" && pwd)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=$repo/slurm_examples/local-cluster/cluster.sh
-trainer=$build/slurm_examples/trainer/train-mlp
-doctor=$build/doctor/trainrt-doctor
-tool=$build/checkpoint/trainrt-ckpt
-if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
-for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
-
-source "$repo/tests/slurm/harness.sh"
-cluster_harness recovery 7967 7968
-trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-fault=kill protection=buddies second_fault=
-bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 source "$repo/tests/slurm/recovery_lib.sh"
+start_recovery_cluster recovery 7967 7968
+fault=kill protection=buddies second_fault=
 args=(--device cpu --steps 300 --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
 
 # The uninterrupted run: the same 4 ranks on 2 nodes.

@@ -1,6 +1,24 @@
-# Sourced by recovery.sh and recovery_soak.sh: the pieces both use to submit train.sbatch with a
-# spare, find a node's trainer processes and read a run's outcome. Needs $trainer, $doctor, $tool,
-# $repo, $work and $cluster set (and the cluster started).
+# Sourced by recovery.sh and recovery_soak.sh (with $build and $repo set): the programs under test,
+# a private 3-node cluster, and the pieces both use to submit train.sbatch with a spare, find a
+# node's trainer processes and read a run's outcome.
+cluster=$repo/slurm_examples/local-cluster/cluster.sh
+trainer=$build/slurm_examples/trainer/train-mlp
+doctor=$build/doctor/trainrt-doctor
+tool=$build/checkpoint/trainrt-ckpt
+
+# start_recovery_cluster NAME CTLD_PORT SLURMD_PORT: skips (77) when not root, fails when a program
+# is not built; else the harness (a scratch folder, pass/fail) and 3 live nodes, trt-n2's link put
+# back up and the cluster stopped on exit.
+start_recovery_cluster() {
+  if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
+  local f
+  for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
+  source "$repo/tests/slurm/harness.sh"
+  cluster_harness "$@"
+  trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
+  bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
+}
+
 crun() { timeout 300 bash "$cluster" run "$@"; }
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
 tier_root=/dev/shm/trainrt-$(id -u)

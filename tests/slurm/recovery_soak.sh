@@ -34,18 +34,8 @@ first_round=${SOAK_FROM:-1}
 [[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
   { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=$repo/slurm_examples/local-cluster/cluster.sh
-trainer=$build/slurm_examples/trainer/train-mlp
-doctor=$build/doctor/trainrt-doctor
-tool=$build/checkpoint/trainrt-ckpt
-if [[ $(id -u) -ne 0 ]]; then echo "SKIPPED: the local Slurm cluster needs root"; exit 77; fi
-for f in "$trainer" "$doctor" "$tool"; do [[ -x $f ]] || { echo "FAIL: $f is not built"; exit 1; }; done
-
-source "$repo/tests/slurm/harness.sh"
-cluster_harness soak 7987 7988
-trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; bash "$cluster" stop >/dev/null 2>&1; rm -rf "$work" "$TRAINRT_CLUSTER_DIR"' EXIT
-bash "$cluster" start --mode live --nodes 3 >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 source "$repo/tests/slurm/recovery_lib.sh"
+start_recovery_cluster soak 7987 7988
 steps=300
 args=(--device cpu --steps $steps --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
 ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${args[@]}" \
