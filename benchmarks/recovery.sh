@@ -77,10 +77,11 @@ if [[ " $scenarios " == *" parity "* ]]; then  # the parity scenario's world: 6 
 fi
 
 pids_on() {  # the trainer processes of job $1 on node $2
-  local pid
+  local pid env
   for pid in $(pgrep -f "^$trainer "); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && echo "$pid"
+    # Read whole first: `tr | grep -q` under pipefail fails when grep's early exit cuts tr off.
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    grep -qx "SLURM_JOB_ID=$1" <<<"$env" && grep -qx "SLURMD_NODENAME=$2" <<<"$env" && echo "$pid"
   done
 }
 # Whether scenario $1's job $2 (run folder $3) has its newest checkpoint at or past step $4 complete.

@@ -81,6 +81,7 @@ run_case() {  # run_case NAME [command run while frozen...]
   local all victims
   all=$(wait_for_trainers "$jobid" 4 trt-n1 trt-n2)
   victims=$(pids_on "$jobid" trt-n2 | tr '\n' ' ')
+  [[ -n ${victims// /} ]] || { fail "$name: no trainer of job $jobid found on trt-n2" "$(tail -5 "$work/$name.out")"; return 1; }
   if ! freeze_when_protected "$jobid" 40 $all; then
     fail "$name: no complete snapshot of step 40 or later in the memory tier" "$(tail -5 "$work/$name.out")"; return 1
   fi

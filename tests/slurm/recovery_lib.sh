@@ -23,13 +23,16 @@ crun() { timeout 300 bash "$cluster" run "$@"; }
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
 tier_root=/dev/shm/trainrt-$(id -u)
 
-# PIDs of job $1's trainer processes on node $2 (every process of the node's step).
+# PIDs of job $1's trainer processes on node $2 (every process of the node's step). The environment
+# is read whole first: `tr | grep -q` under pipefail fails whenever grep's early exit cuts tr off
+# (SIGPIPE), which dropped a live process now and then.
 pids_on() {
-  local pid
+  local pid env
   for pid in $(pgrep -f "^$trainer "); do  # the trainers, not srun (whose command line names it too)
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=$2" && echo "$pid"
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    grep -qx "SLURM_JOB_ID=$1" <<<"$env" && grep -qx "SLURMD_NODENAME=$2" <<<"$env" && echo "$pid"
   done
+  return 0
 }
 
 # submit_with_spare NAME TRAINER_ARGS...: train.sbatch on 3 nodes (2 ranks each), trt-n3 the spare;

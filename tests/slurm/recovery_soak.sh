@@ -64,6 +64,10 @@ for ((i = first_round; i <= rounds; i++)); do
     fail "round $i: the job's 4 trainers never ran" "$(tail -5 "$work/$name.out")"; continue
   fi
   victims=$(pids_on "$jobid" "$victim" | tr '\n' ' ')
+  if [[ -z ${victims// /} ]]; then
+    fail "round $i: no trainer of job $jobid found on $victim"
+    crun scancel "$jobid"; wait_for_job_end "$jobid"; continue
+  fi
   for _ in $(seq 1 3000); do
     (( $(steps_done) >= at_step )) && break
     sleep 0.02
