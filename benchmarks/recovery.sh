@@ -28,8 +28,9 @@ fault=${FAULT:-kill}
 build=$(cd "${1:-build}" && pwd)
 ballast=${2:-2048} reps=${3:-2} scenarios=${4:-"spare shrink disk"}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cluster=$repo/slurm_examples/local-cluster/cluster.sh
-trainer=$build/slurm_examples/trainer/train-mlp
+# The programs ($cluster, $trainer, ...) and pids_on, shared with the recovery tests; crun and final
+# are this benchmark's own (longer timeout; the parameters alone).
+source "$repo/tests/slurm/recovery_lib.sh"
 [[ $(id -u) -eq 0 ]] || { echo "recovery.sh: the local cluster and dropping the page cache need root"; exit 1; }
 for f in "$trainer" "$build/doctor/trainrt-doctor" "$build/checkpoint/trainrt-ckpt"; do
   [[ -x $f ]] || { echo "recovery.sh: $f is not built"; exit 1; }
@@ -76,14 +77,6 @@ if [[ " $scenarios " == *" parity "* ]]; then  # the parity scenario's world: 6 
   echo "# uninterrupted run, 6 ranks on 3 nodes: params ${ref6:-(none: the run failed)}"
 fi
 
-pids_on() {  # the trainer processes of job $1 on node $2
-  local pid env
-  for pid in $(pgrep -f "^$trainer "); do
-    # Read whole first: `tr | grep -q` under pipefail fails when grep's early exit cuts tr off.
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    grep -qx "SLURM_JOB_ID=$1" <<<"$env" && grep -qx "SLURMD_NODENAME=$2" <<<"$env" && echo "$pid"
-  done
-}
 # Whether scenario $1's job $2 (run folder $3) has its newest checkpoint at or past step $4 complete.
 complete() {
   local tiers step n f ok

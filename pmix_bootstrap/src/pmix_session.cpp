@@ -214,10 +214,7 @@ class PmixSession final : public Session {
   }
 
   void join_gather_from(const std::vector<unsigned>& sources) override {
-    check_sources(sources, size_);
-    if (std::binary_search(sources.begin(), sources.end(), me_.rank))
-      throw Error(fmt::format("join_gather_from: rank {} is one of the sources: it must call gather_from", me_.rank),
-                  "bootstrap");
+    check_joiner(sources, size_, me_.rank);
     std::lock_guard lock(mutex_);
     fence(true, next_key());  // the same key sequence as the sources' gather_from
   }

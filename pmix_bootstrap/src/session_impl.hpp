@@ -9,5 +9,7 @@ namespace trainrt::bootstrap {
 std::unique_ptr<Session> open_pmix_session(const SessionOptions& options);
 // gather_from's sources must be ascending ranks of the world: an Error naming the first that is not.
 void check_sources(const std::vector<unsigned>& sources, unsigned size);
+// join_gather_from's caller must not be one of the (valid) sources: it would put nothing they read.
+void check_joiner(const std::vector<unsigned>& sources, unsigned size, unsigned rank);
 
 }  // namespace trainrt::bootstrap

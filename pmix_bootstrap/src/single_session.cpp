@@ -58,8 +58,7 @@ std::vector<Blob> Session::gather_from(std::span<const std::uint8_t> mine, const
 }
 
 void Session::join_gather_from(const std::vector<unsigned>& sources) {
-  if (std::binary_search(sources.begin(), sources.end(), rank()))
-    throw Error(fmt::format("join_gather_from: rank {} is one of the sources: it must call gather_from", rank()), "bootstrap");
+  check_joiner(sources, size(), rank());
   gather_from({}, sources);
 }
 
@@ -69,6 +68,13 @@ void check_sources(const std::vector<unsigned>& sources, unsigned size) {
       throw Error(fmt::format("gather_from: source {} (position {}) is not an ascending rank of a world of {}",
                               sources[i], i, size),
                   "bootstrap");
+}
+
+void check_joiner(const std::vector<unsigned>& sources, unsigned size, unsigned rank) {
+  check_sources(sources, size);
+  if (std::binary_search(sources.begin(), sources.end(), rank))
+    throw Error(fmt::format("join_gather_from: rank {} is one of the sources: it must call gather_from", rank),
+                "bootstrap");
 }
 
 Blob exchange_unique_id(Session& session, const Blob& id_on_root, unsigned root) {

@@ -59,7 +59,7 @@ class SubSession final : public bootstrap::Session {
       parent_.join_gather_from(ascending);
       return std::vector<bootstrap::Blob>(members_.size());
     }
-    auto blobs = parent_.gather_from(is_member() ? mine : std::span<const std::uint8_t>{}, ascending);
+    auto blobs = parent_.gather_from(mine, ascending);
     std::vector<bootstrap::Blob> out(members_.size());
     for (std::size_t i = 0; i < members_.size(); ++i)
       out[i] = std::move(blobs[std::lower_bound(ascending.begin(), ascending.end(), members_[i]) - ascending.begin()]);
