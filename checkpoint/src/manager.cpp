@@ -157,6 +157,9 @@ bootstrap::Session& Manager::session() const { return impl_->session; }
 void Manager::wait_idle() { impl_->join(); }
 const Metadata& Manager::restored_metadata() const { return impl_->restored_metadata; }
 const RestoreReport& Manager::last_restore() const { return impl_->report; }
-const std::string& Manager::memory_tier_off() const { return impl_->tier.off; }
+const std::string& Manager::memory_tier_off() const {
+  impl_->join();  // the background mapping after a restore may still turn the tier off
+  return impl_->tier.off;
+}
 
 }  // namespace trainrt::checkpoint

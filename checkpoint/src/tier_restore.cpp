@@ -386,7 +386,17 @@ void Manager::Impl::after_restore(std::optional<std::uint64_t> memory_step) {
       break;
     }
   }
-  map_tier_staging();
+  // The mapping serves the next capture, not this restore: it faults in every page of the file
+  // (~0.1 s per GiB on the 2-core VM, docs/performance.md), so it runs in the background while
+  // training resumes. The writer's slot holds it: every capture, registration, restore and the
+  // destructor join it before they touch the staging or the tier.
+  writer = std::thread([this] {
+    try {
+      map_tier_staging();
+    } catch (const std::exception& e) {
+      turn_tier_off(e.what());
+    }
+  });
 }
 
 }  // namespace trainrt::checkpoint

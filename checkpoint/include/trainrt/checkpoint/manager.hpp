@@ -157,6 +157,8 @@ class Manager {
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
   // failed its checksums was already read into the buffers (see Options::verify_before_load).
+  // With the memory tier on, it returns before the tier file the next capture stages into is
+  // mapped: that finishes in the background (wait_idle() waits for it; a capture joins it).
   std::int64_t restore();
   // The metadata saved with the step restore() last returned (empty before, or when none).
   const Metadata& restored_metadata() const;
@@ -166,7 +168,8 @@ class Manager {
   const std::string& memory_tier_off() const;
 
   // The future of save() completes at the commit; rank 0 then removes steps beyond keep_last in
-  // the background. This waits for that too (the destructor and save_and_exit() do).
+  // the background. This waits for that too (the destructor and save_and_exit() do), and for
+  // the memory tier's mapping that restore() leaves to the background.
   void wait_idle();
 
   const std::string& directory() const;
