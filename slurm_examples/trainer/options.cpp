@@ -36,7 +36,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--seed", o.seed, "data and initialisation seed (default 1)");
   auto* ckpt = app.add_option("--ckpt-dir", o.ckpt_dir, "checkpoint directory (required)");
-  app.add_option("--ckpt-every", o.ckpt_every, "checkpoint every K steps (default 20; 0: never)");
+  app.add_option("--ckpt-every", o.ckpt_every, "checkpoint every K steps (default 20; 0: never); a save due while the previous one still persists waits for the first step that starts with none in flight");
   app.add_flag("--memory-tier", o.memory_tier,
                "keep every checkpoint in a tmpfs on each node and a buddy copy on another node too; a restart "
                "restores from memory when it can (docs/recovery.md)");

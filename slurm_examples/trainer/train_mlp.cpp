@@ -181,7 +181,11 @@ class Trainer {
       const auto [stall, persist] = checkpoint_if_due(step);
       report_step(step, shapes, step_s, comm_s, stall, persist);
       if (after_first_step) std::exchange(after_first_step, nullptr)();
-      monitor_.after_step(step, step_s - comm_s);
+      try {
+        monitor_.after_step(step, step_s - comm_s);  // every --straggler-every steps, a collective
+      } catch (const Error& e) {
+        die_of_failed_collective(step, "sharing step times", e);
+      }
     }
   }
 
@@ -191,7 +195,7 @@ class Trainer {
       wait_for_persist(pending_);
       finish_pending();
     }
-    if (o_.ckpt_every > 0 && done % o_.ckpt_every != 0) {
+    if (o_.ckpt_every > 0 && (done % o_.ckpt_every != 0 || disk_deferred_)) {
       std::memcpy(step_blob.data(), &done, 8);
       auto last = ckpt_.save(done);
       wait_for_persist(last);
@@ -205,13 +209,19 @@ class Trainer {
  private:
   // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
   // The same exchange says whether any rank's previous checkpoint is still persisting: a snapshot
-  // due then is skipped by every rank alike (a snapshot must not stall training, nor leave the
-  // loop waiting on a background agreement that a dead peer never joins).
+  // due then is skipped and a save deferred, by every rank alike. Training never waits for a
+  // persist mid-run: that wait would stall it, and when a peer has died it would last until Slurm's
+  // KillWait SIGKILL (the persist's agreement waits on the dead peer), where the next collective
+  // fails at once.
   void stop_if_any_rank_was_signalled() {
     const std::int32_t mine[2] = {should_stop() ? 1 : 0,
                                   pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready};
     std::int32_t any[2] = {0, 0};
-    rt_.host->allreduce(mine, any, 2, DType::I32, ReduceOp::Max);
+    try {
+      rt_.host->allreduce(mine, any, 2, DType::I32, ReduceOp::Max);
+    } catch (const Error& e) {
+      die_of_failed_collective(done + 1, "agreeing on stopping", e);
+    }
     checkpoint_busy_ = any[1] != 0;
     const std::int32_t stop_any = any[0];
     if (!stop_any) return;
@@ -250,14 +260,20 @@ class Trainer {
       engine_.allreduce_gradients();
       rt_.host->allreduce(&local_loss, &loss, 1, DType::F32, ReduceOp::Avg);
     } catch (const Error& e) {
-      rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()), e.failure());
-      std::fprintf(stderr, "train-mlp: rank %u: collective #%llu of step %llu failed: %s; flight recorder in %s\n", rank_,
-                   static_cast<unsigned long long>(seq), static_cast<unsigned long long>(step), e.what(),
-                   rep_.flight_path.c_str());
-      std::fflush(nullptr);
-      std::_Exit(3);
+      die_of_failed_collective(step, fmt::format("collective #{}", seq), e);
     }
     rep_.recorder.end(seq);
+  }
+
+  // A failed collective ends this rank at once (exit 3), the flight recorder naming the step. No
+  // destructor runs: the checkpoint manager's would wait for a persist whose agreement a dead peer
+  // never joins, until Slurm's KillWait SIGKILL.
+  [[noreturn]] void die_of_failed_collective(std::uint64_t step, const std::string& what, const Error& e) {
+    rep_.recorder.dump(rep_.flight_path, rank_, fmt::format("step {}: {}", step, e.what()), e.failure());
+    std::fprintf(stderr, "train-mlp: rank %u: %s of step %llu failed: %s; flight recorder in %s\n", rank_, what.c_str(),
+                 static_cast<unsigned long long>(step), e.what(), rep_.flight_path.c_str());
+    std::fflush(nullptr);
+    std::_Exit(3);
   }
 
   // Every K steps: stage a save (the stall) and let it persist in the background, one at a time.
@@ -265,16 +281,23 @@ class Trainer {
   std::pair<double, double> checkpoint_if_due(std::uint64_t step) {
     double stall = 0, persist = -1;
     if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) persist = finish_pending();
-    const bool to_disk = o_.ckpt_every > 0 && step % o_.ckpt_every == 0;
+    bool to_disk = (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || disk_deferred_;
     bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
     if (to_memory && checkpoint_busy_) {
       if (rank_ == 0) fmt::print("train-mlp: snapshot {} skipped: the previous checkpoint is still persisting\n", step);
       to_memory = false;
     }
+    if (to_disk && checkpoint_busy_) {  // saved at the first step that starts with no persist in flight
+      if (rank_ == 0 && !disk_deferred_)
+        fmt::print("train-mlp: checkpoint {} deferred: the previous checkpoint is still persisting\n", step);
+      disk_deferred_ = true;
+      to_disk = false;
+    }
+    if (to_disk) disk_deferred_ = false;
     if (to_disk || to_memory) {
       std::memcpy(step_blob.data(), &done, 8);
-      // Waiting here for the previous save to persist stalls training too: it counts in the stall,
-      // as Manager::save() counts its own wait for a save still in flight.
+      // Every rank's previous checkpoint had persisted at this step's start (else the save was
+      // deferred above): this only takes its result.
       const double ts = rep_.trace.now();
       if (pending_.valid()) {
         wait_for_persist(pending_);
@@ -314,12 +337,12 @@ class Trainer {
   std::shared_future<checkpoint::SaveResult> pending_;
   bool pending_snapshot_ = false;  // pending_ is a memory-tier snapshot
   bool checkpoint_busy_ = false;   // some rank's previous checkpoint was persisting at this step's start
+  bool disk_deferred_ = false;     // a save was due while a checkpoint persisted: it is taken at the next free step
 
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
   // ends the run as it always did.
-  // Waiting for a checkpoint to persist (a save due while the previous one persists, the last
-  // one after the last step) is no hang however long it takes at this state size (seconds per
+  // Waiting for a checkpoint to persist (the last one, after the last step) is no hang however long it takes at this state size (seconds per
   // GiB, more than a tight --watchdog): the progress watchdog hears from this wait, for at most
   // 10 minutes; a persist stuck longer is the watchdog's again.
   void wait_for_persist(const std::shared_future<checkpoint::SaveResult>& f) {
