@@ -79,34 +79,14 @@ fi
 
 # Whether scenario $1's job $2 (run folder $3) has its newest checkpoint at or past step $4 complete.
 complete() {
-  local tiers step n f ok
+  local step
   if [[ $1 == disk ]]; then
     for step in $(ls "$3/ckpt" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
       (( 10#${step#step_} >= $4 )) && [[ -f $3/ckpt/$step/MANIFEST.json ]] && return 0
     done
     return 1
   fi
-  tiers=$(echo /dev/shm/trainrt-0/job-"$2"/ckpt-*)
-  for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
-    (( 10#${step#step_} >= $4 )) || return 1
-    ok=1
-    if [[ $1 == parity ]]; then  # each node: its 2 shards and their 2 parity blocks
-      for n in 1 2 3; do
-        [[ -f $tiers/trt-n$n/$step/MANIFEST.json ]] || ok=0
-        for f in $((2 * n - 2)) $((2 * n - 1)); do
-          [[ -f $tiers/trt-n$n/$step/rank_0000$f.shard && -f $tiers/trt-n$n/$step/parity_0000$f.xor ]] || ok=0
-        done
-      done
-      (( ok )) && return 0
-      continue
-    fi
-    for n in trt-n1 trt-n2; do
-      [[ -f $tiers/$n/$step/MANIFEST.json ]] || ok=0
-      for f in 0 1 2 3; do [[ -f $tiers/$n/$step/rank_0000$f.shard ]] || ok=0; done
-    done
-    (( ok )) && return 0
-  done
-  return 1
+  if [[ $1 == parity ]]; then tier_step_complete "$2" "$4" parity 3; else tier_step_complete "$2" "$4" buddies 2; fi
 }
 step_count() { local n; n=$(grep -c "\"event\":\"step\"" "$1/out/metrics_rank0.jsonl" 2>/dev/null); echo "${n:-0}"; }
 

@@ -31,33 +31,9 @@ ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trai
       --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
 [[ -n $ref ]] && pass "uninterrupted run, 4 ranks on trt-n1 + trt-n2: $ref" || { fail "reference run"; exit 1; }
 
-# Whether the memory tier of job $1 holds a step >= $2 complete on both nodes: on trt-n1 and trt-n2
-# its manifest and all 4 shards (each node's own 2 and its buddy copies of the other's 2), so a lost
-# node's shards are on the other one. While a snapshot is being made the previous one is partly
-# overwritten and a lost node falls back to the directory (docs/recovery.md "Windows"): the kill
-# waits for a complete step, with the job frozen so that nothing moves between the look and the kill.
-protected() {
-  local tiers step n f ok
-  tiers=$(echo "$tier_root/job-$1"/ckpt-*)
-  for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
-    (( 10#${step#step_} >= $2 )) || return 1
-    ok=1
-    if [[ $protection == parity ]]; then  # each node: its own 2 shards and their 2 parity blocks
-      for f in 0 1 2 3; do
-        n=trt-n$((f / 2 + 1))
-        [[ -f $tiers/$n/$step/MANIFEST.json && -f $tiers/$n/$step/rank_0000$f.shard && -f $tiers/$n/$step/parity_0000$f.xor ]] || ok=0
-      done
-      (( ok )) && return 0
-      continue
-    fi
-    for n in trt-n1 trt-n2; do
-      [[ -f $tiers/$n/$step/MANIFEST.json ]] || ok=0
-      for f in 0 1 2 3; do [[ -f $tiers/$n/$step/rank_0000$f.shard ]] || ok=0; done
-    done
-    (( ok )) && return 0
-  done
-  return 1
-}
+# The kill waits for a complete tier step (both nodes), with the job frozen so that nothing moves
+# between the look and the kill.
+protected() { tier_step_complete "$1" "$2" "$protection" 2; }
 freeze_when_protected() {  # freeze_when_protected JOBID STEP PIDS...: 0 with the PIDs stopped
   local job=$1 step=$2; shift 2
   for _ in $(seq 1 1500); do

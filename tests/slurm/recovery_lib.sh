@@ -29,7 +29,7 @@ tier_root=/dev/shm/trainrt-$(id -u)
 pids_on() {
   local pid env
   for pid in $(pgrep -f "^$trainer "); do  # the trainers, not srun (whose command line names it too)
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    env=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ") || continue  # 2> first: a process gone makes the < fail
     grep -qx "SLURM_JOB_ID=$1" <<<"$env" && grep -qx "SLURMD_NODENAME=$2" <<<"$env" && echo "$pid"
   done
   return 0
@@ -63,4 +63,31 @@ wait_for_job_end() {  # wait_for_job_end JOBID
 # The lines of a train.sbatch output that tell what the recovery did.
 recovery_lines() {
   grep -E '^(doctor: (verdict|never)|train.sbatch|step failed|training finished|checkpoint: (restored|skipped)|memory tier: (removed|job)|FINAL)'
+}
+
+# tier_step_complete JOB STEP PROTECTION NODES: whether job JOB's memory tier holds a step at or past
+# STEP complete on trt-n1..trt-nNODES (2 ranks each: ranks 2n-2 and 2n-1 on trt-nn): on every node
+# its manifest and its own 2 shards, and with PROTECTION parity their 2 parity blocks, else (buddy
+# copies, on the next node) the 2 shards of the node before it too. While a snapshot is being made
+# the previous one is partly overwritten and a lost node falls back to the directory
+# (docs/recovery.md "Windows"): a kill meant to land on a protected step waits for this.
+tier_step_complete() {
+  local job=$1 at=$2 protection=$3 nodes=$4 tiers step n f prev ok
+  tiers=$(echo "$tier_root/job-$job"/ckpt-*)
+  for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
+    (( 10#${step#step_} >= at )) || return 1
+    ok=1
+    for ((n = 1; n <= nodes; n++)); do
+      [[ -f $tiers/trt-n$n/$step/MANIFEST.json ]] || ok=0
+      for f in $((2 * n - 2)) $((2 * n - 1)); do
+        [[ -f $tiers/trt-n$n/$step/rank_0000$f.shard ]] || ok=0
+        [[ $protection != parity || -f $tiers/trt-n$n/$step/parity_0000$f.xor ]] || ok=0
+      done
+      [[ $protection == parity ]] && continue
+      prev=$(( (n + nodes - 2) % nodes + 1 ))
+      for f in $((2 * prev - 2)) $((2 * prev - 1)); do [[ -f $tiers/trt-n$n/$step/rank_0000$f.shard ]] || ok=0; done
+    done
+    (( ok )) && return 0
+  done
+  return 1
 }
