@@ -120,7 +120,8 @@ for ((i = first_round; i <= rounds; i++)); do
     outcome=$(python3 -c "
 import json, sys
 e = json.loads(sys.argv[1]); k = float(sys.argv[2])
-print('step %s restored from %s, %.2f s from the fault to the first step' % (e.get('restored_step'), e.get('restore_source'), e['times']['first_step_done'] - k))
+p = e.get('phases', {})
+print('step %s restored from %s, %.2f s from the fault to the first step (detection %.2f from the last step, verdict %.2f, launch %.2f, bootstrap %.2f, restore %.2f, first step %.2f)' % (e.get('restored_step'), e.get('restore_source'), e['times']['first_step_done'] - k, *(p.get(x, float('nan')) for x in ('detection_s', 'verdict_s', 'launch_s', 'bootstrap_s', 'restore_s', 'first_step_s'))))
 " "$event" "$kill_at" 2>/dev/null || echo "unreadable recovery event")
   fi
   [[ -n ${SOAK_KEEP:-} ]] && cp "$work/$name.out" "$SOAK_KEEP/recovery-soak-$seed-$name.out"
