@@ -342,9 +342,10 @@ class Trainer {
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
   // ends the run as it always did.
-  // Waiting for a checkpoint to persist (the last one, after the last step) is no hang however long it takes at this state size (seconds per
-  // GiB, more than a tight --watchdog): the progress watchdog hears from this wait, for at most
-  // 10 minutes; a persist stuck longer is the watchdog's again.
+  // Waiting for a checkpoint to persist (the last one, after the last step) is no hang however
+  // long it takes at this state size (seconds per GiB, more than a tight --watchdog): the progress
+  // watchdog hears from this wait, for at most 10 minutes; a persist stuck longer is the
+  // watchdog's again.
   void wait_for_persist(const std::shared_future<checkpoint::SaveResult>& f) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready && std::chrono::steady_clock::now() < until)
