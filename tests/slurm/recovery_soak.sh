@@ -18,6 +18,8 @@
 # (default: random, 0-3 s). SOAK_ARGS: trainer options that replace the defaults' of the same name
 # or add to them, e.g. "--ckpt-every 2 --ballast-mib 256" for kills while saves persist. SOAK_FROM=I starts at round I (each round draws from SEED and its
 # number alone, so rounds I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
+# A kill or lost round whose survivors still run 2 s after the kill saves their threads' stacks
+# (gdb) beside the outputs (SOAK_KEEP, else /tmp) and names the file in its line.
 # Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -74,6 +76,7 @@ for ((i = first_round; i <= rounds; i++)); do
     fail "round $i: the job's 4 trainers never ran" "$(tail -5 "$work/$name.out")"; continue
   fi
   victims=$(pids_on "$jobid" "$victim" | tr '\n' ' ')
+  survivors=$(pids_on "$jobid" "$([[ $victim == trt-n1 ]] && echo trt-n2 || echo trt-n1)" | tr '\n' ' ')
   if [[ -z ${victims// /} ]]; then
     fail "round $i: no trainer of job $jobid found on $victim"
     crun scancel "$jobid"; wait_for_job_end "$jobid"; continue
@@ -90,6 +93,17 @@ for ((i = first_round; i <= rounds; i++)); do
     kill) kill -KILL $victims 2>/dev/null ;;
     link) ip -n "$victim" link set eth0 down ;;
   esac
+  stacks=""
+  if [[ $fault == kill || $fault == lost ]]; then
+    # A survivor still running 2 s after a kill waits on something no failed collective ends (the
+    # step's end then waits for Slurm's KillWait): its threads' stacks say what, for the report.
+    sleep 2
+    for pid in $survivors; do
+      kill -0 "$pid" 2>/dev/null || continue
+      stacks=${SOAK_KEEP:-/tmp}/recovery-soak-$seed-round$i-stacks.txt
+      { echo "== pid $pid, 2 s after the kill"; timeout 20 gdb -p "$pid" -batch -ex "thread apply all bt" 2>&1; } >>"$stacks"
+    done
+  fi
   second=""
   if [[ $fault == double ]]; then
     second=${SOAK_SECOND:-$(printf '%d.%03d' $((RANDOM % 3)) $((RANDOM % 1000)))}
@@ -113,7 +127,7 @@ for ((i = first_round; i <= rounds; i++)); do
   out=$(cat "$work/$name.out")
   event=$(grep '"event":"recovery"' "$metrics" 2>/dev/null | tail -1)
   [[ $fault == link ]] && rm -rf "$tier_root/job-$jobid"  # the cut-off node's part (the next job there cleans it)
-  what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second"
+  what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second${stacks:+ (survivors alive 2 s after the kill: their stacks in $stacks)}"
   if [[ -z $event ]]; then
     outcome="no recovery"
   else
