@@ -162,31 +162,39 @@ class Trainer {
 
   void loop(const Shapes& shapes) {
     for (std::uint64_t step = done + 1; step <= o_.steps; ++step) {
-      rep_.watchdog.heartbeat();
-      stop_if_any_rank_was_signalled();
-      inject_fault(step);
-      const double t0 = rep_.trace.now();
-      slow_fault(step);
-      make_batch(shapes, o_.seed, step, rank_, batch_);
-      const float local_loss = engine_.forward_backward(batch_);
-      const double t_comm = rep_.trace.now();
-      average(step, local_loss, shapes.parameter_count() * 4);
-      const double comm_s = rep_.trace.now() - t_comm;
-      engine_.optimizer_step(o_.lr, step);
-      if (ballast) ballast->step(step);
-      done = step;
-      const double step_s = rep_.trace.now() - t0;
-      rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
-      rep_.trace.event("allreduce", "comm", t_comm, comm_s);
-      const auto [stall, persist] = checkpoint_if_due(step);
-      report_step(step, shapes, step_s, comm_s, stall, persist);
-      if (after_first_step) std::exchange(after_first_step, nullptr)();
+      // Any error that ended a collective of the step (the sharded optimizer's allgather, the
+      // straggler exchange, ...) ends the rank as a failed gradient allreduce does.
       try {
-        monitor_.after_step(step, step_s - comm_s);  // every --straggler-every steps, a collective
+        one_step(step, shapes);
       } catch (const Error& e) {
-        die_of_failed_collective(step, "sharing step times", e);
+        if (!e.failure()) throw;
+        die_of_failed_collective(step, "a collective", e);
       }
     }
+  }
+
+  // One training step and what follows it: the checkpoint if due, the metrics, the monitor.
+  void one_step(std::uint64_t step, const Shapes& shapes) {
+    rep_.watchdog.heartbeat();
+    stop_if_any_rank_was_signalled();
+    inject_fault(step);
+    const double t0 = rep_.trace.now();
+    slow_fault(step);
+    make_batch(shapes, o_.seed, step, rank_, batch_);
+    const float local_loss = engine_.forward_backward(batch_);
+    const double t_comm = rep_.trace.now();
+    average(step, local_loss, shapes.parameter_count() * 4);
+    const double comm_s = rep_.trace.now() - t_comm;
+    engine_.optimizer_step(o_.lr, step);
+    if (ballast) ballast->step(step);
+    done = step;
+    const double step_s = rep_.trace.now() - t0;
+    rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
+    rep_.trace.event("allreduce", "comm", t_comm, comm_s);
+    const auto [stall, persist] = checkpoint_if_due(step);
+    report_step(step, shapes, step_s, comm_s, stall, persist);
+    if (after_first_step) std::exchange(after_first_step, nullptr)();
+    monitor_.after_step(step, step_s - comm_s);  // every --straggler-every steps, a collective
   }
 
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.

@@ -18,8 +18,8 @@
 # (default: random, 0-3 s). SOAK_ARGS: trainer options that replace the defaults' of the same name
 # or add to them, e.g. "--ckpt-every 2 --ballast-mib 256" for kills while saves persist. SOAK_FROM=I starts at round I (each round draws from SEED and its
 # number alone, so rounds I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
-# A kill or lost round whose survivors still run 2 s after the kill saves their threads' stacks
-# (gdb) beside the outputs (SOAK_KEEP, else /tmp) and names the file in its line.
+# A kill or lost round whose survivors still run 1.5 s after the kill saves their threads' stacks
+# (gdb, the main thread first) beside the outputs (SOAK_KEEP, else /tmp) and names the files.
 # Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
 set -uo pipefail
 build=$(cd "$1" && pwd)
@@ -95,14 +95,18 @@ for ((i = first_round; i <= rounds; i++)); do
   esac
   stacks=""
   if [[ $fault == kill || $fault == lost ]]; then
-    # A survivor still running 2 s after a kill waits on something no failed collective ends (the
+    # A survivor still running 1.5 s after a kill waits on something no failed collective ends (the
     # step's end then waits for Slurm's KillWait): its threads' stacks say what, for the report.
-    sleep 2
+    # 1.5 s: a survivor's own end takes 0.1-0.9 s here, Slurm's KillWait SIGKILL comes at ~3 s. The
+    # main thread first (gdb numbers it 1), every survivor at once: the SIGKILL may cut a dump short.
+    sleep 1.5
     for pid in $survivors; do
       kill -0 "$pid" 2>/dev/null || continue
-      stacks=${SOAK_KEEP:-/tmp}/recovery-soak-$seed-round$i-stacks.txt
-      { echo "== pid $pid, 2 s after the kill"; timeout 20 gdb -p "$pid" -batch -ex "thread apply all bt" 2>&1; } >>"$stacks"
+      stacks=${SOAK_KEEP:-/tmp}/recovery-soak-$seed-round$i-stacks
+      { echo "== pid $pid, 1.5 s after the kill"
+        timeout 20 gdb -p "$pid" -batch -ex "thread apply 1 bt" -ex "thread apply all bt" 2>&1; } >"$stacks-$pid.txt" &
     done
+    wait
   fi
   second=""
   if [[ $fault == double ]]; then
@@ -127,7 +131,7 @@ for ((i = first_round; i <= rounds; i++)); do
   out=$(cat "$work/$name.out")
   event=$(grep '"event":"recovery"' "$metrics" 2>/dev/null | tail -1)
   [[ $fault == link ]] && rm -rf "$tier_root/job-$jobid"  # the cut-off node's part (the next job there cleans it)
-  what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second${stacks:+ (survivors alive 2 s after the kill: their stacks in $stacks)}"
+  what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second${stacks:+ (survivors alive 1.5 s after the kill: their stacks in $stacks-PID.txt)}"
   if [[ -z $event ]]; then
     outcome="no recovery"
   else
