@@ -21,7 +21,7 @@ checkpoint of each size is loaded back with dcp.load and compared bit for bit (w
 Prints human lines and "#torch-device" lines for benchmarks/checkpoint_vs_torch.sh --device.
 Exit: 0 measured, 1 a wrong byte or an error, 2 usage / torch without async_save, 77 no CUDA device.
 """
-import argparse, os, shutil, statistics, sys, tempfile, time
+import argparse, os, shutil, statistics, sys, tempfile, time, traceback
 
 KIB4, MIB = 4096, 1 << 20
 
@@ -104,6 +104,7 @@ def device_main(argv):
             return 1
         return 0
     except Exception as e:  # an error is a failure with its reason, never a silent pass
+        traceback.print_exc()  # where: a bare "KeyError: <class 'type'>" on the first GPU run said nothing more
         print(f"FAIL: {type(e).__name__}: {e}", flush=True)
         return 1
     finally:
@@ -133,7 +134,10 @@ def measure(a, mib, work, dev, sync, torch, dcp, DefaultStager, StagingOptions):
     state = {}
     for i, b in enumerate(layout(total, a.tensors)):
         bits = torch.randint(-(2**31), 2**31 - 1, (b // 4,), dtype=torch.int32, device=dev, generator=g)
-        state[f"t{i:02}"] = bits.view(torch.bfloat16 if i % 2 else torch.float32)
+        # A tensor of its own, not a dtype view of `bits`: torch 2.11's DefaultStager cannot copy a view
+        # (KeyError: <class 'type'> in deepcopy_with_tensor_offload, the first GPU run).
+        state[f"t{i:02}"] = bits.view(torch.bfloat16 if i % 2 else torch.float32).clone()
+        del bits
     sync()
 
     variants = [("default", None)]

@@ -29,6 +29,7 @@ step_targets() {
   want trainer && t+=("$T_TRAINER" "$T_MODULE")
   if want sanitizer; then for e in ${sanitize//,/ }; do t+=("${SANITIZE_TARGET[${e#*:}]}"); done; fi
   for e in "${fake_steps[@]}"; do IFS=: read -r _ _ e <<<"$e"; read -r -a words <<<"${e//+/ }"; t+=("${words[@]}"); done
+  read -r -a words <<<"$targets"; t+=("${words[@]}")  # --targets: more, named by hand
   printf '%s\n' "${t[@]}" | awk 'NF && !seen[$0]++' | paste -sd' '
 }
 
@@ -161,12 +162,13 @@ step_trainer() {
       --out "$logs/trainer-gpu" --hidden "$trainer_widths" --steps "$trainer_steps" --warmup 10 --cpu-max-hidden 4096
   fi
   # PyTorch through trainrt.torch: the NCCL process group, DDP on the GPU, CUDA tensors in the
-  # module's checkpoints; 40 steps, then a rerun that must resume at 41.
+  # module's checkpoints; 40 steps, then a rerun that must resume at 41. grep reads to the end
+  # (not -q): a reader that leaves early broke the trainer's last print (BrokenPipeError, exit 141).
   needs torch-train "$T_MODULE" || return
   run_timed torch-train torch-train.log 150 bash -c '
     set -o pipefail; go() { PYTHONPATH=$1/python PYTHONUNBUFFERED=1 python3 "$2/slurm_examples/train_torch.py" \
       --device cuda --save-every 20 --ckpt-dir "$3/torch-train" --steps "$4"; }
-    go "$1" "$2" "$3" 40 && go "$1" "$2" "$3" 60 | tee /dev/stderr | grep -q "steps 41\.\.60"' _ "$build" "$repo" "$logs"
+    go "$1" "$2" "$3" 40 && go "$1" "$2" "$3" 60 | tee /dev/stderr | grep "steps 41\.\.60" >/dev/null' _ "$build" "$repo" "$logs"
 }
 
 # TEST HOOK (--test-fake-steps, tests/gpu_check/self_test.sh only): NAME:SECONDS[:TARGET+TARGET]
