@@ -134,10 +134,7 @@ def measure(a, mib, work, dev, sync, torch, dcp, DefaultStager, StagingOptions):
     state = {}
     for i, b in enumerate(layout(total, a.tensors)):
         bits = torch.randint(-(2**31), 2**31 - 1, (b // 4,), dtype=torch.int32, device=dev, generator=g)
-        # A tensor of its own, not a dtype view of `bits`: torch 2.11's DefaultStager cannot copy a view
-        # (KeyError: <class 'type'> in deepcopy_with_tensor_offload, the first GPU run).
-        state[f"t{i:02}"] = bits.view(torch.bfloat16 if i % 2 else torch.float32).clone()
-        del bits
+        state[f"t{i:02}"] = bits.view(torch.bfloat16 if i % 2 else torch.float32)
     sync()
 
     variants = [("default", None)]

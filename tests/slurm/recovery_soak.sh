@@ -16,8 +16,9 @@
 # recovery path; docs/recovery.md "Soak" has its latest figures.
 # SOAK_SECOND: the seconds between the spare's trainers starting and the second fault of "double"
 # (default: random, 0-3 s). SOAK_ARGS: trainer options that replace the defaults' of the same name
-# or add to them, e.g. "--ckpt-every 2 --ballast-mib 256" for kills while saves persist. SOAK_FROM=I starts at round I (each round draws from SEED and its
-# number alone, so rounds I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
+# or add to them, e.g. "--ckpt-every 2 --ballast-mib 256" for kills while saves persist.
+# SOAK_FROM=I starts at round I (each round draws from SEED and its number alone, so rounds
+# I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
 # A kill or lost round whose survivors still run 1.5 s after the kill saves their threads' stacks
 # (gdb, the main thread first) beside the outputs (SOAK_KEEP, else /tmp) and names the files.
 # Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
@@ -44,12 +45,12 @@ args=(--device cpu --steps $steps --ckpt-every 20 --snapshot-every 10 --memory-t
 read -ra more <<<"${SOAK_ARGS:-}"
 declare -A given=()
 for o in "${more[@]}"; do [[ $o == --* ]] && given[$o]=1; done
-kept=()
+defaults=()
 for ((k = 0; k < ${#args[@]}; k++)); do  # a default SOAK_ARGS gives again goes, with its value
   if [[ -n ${given[${args[k]}]:-} ]]; then [[ ${args[k + 1]:-} == --* ]] || ((k++)); continue; fi
-  kept+=("${args[k]}")
+  defaults+=("${args[k]}")
 done
-args=("${kept[@]}" "${more[@]}")
+args=("${defaults[@]}" "${more[@]}")
 ref=$(crun srun -N 2 -n 4 --mpi=pmix --train-runtime=policy=numa,bind=off "$trainer" "${args[@]}" \
       --ckpt-dir "$work/ref/c" --out "$work/ref/o" 2>&1 | final)
 [[ -n $ref ]] && pass "uninterrupted run, 4 ranks on trt-n1 + trt-n2: $ref" || { fail "reference run"; exit 1; }
