@@ -1,6 +1,7 @@
 #include "trainrt/runtime/gloo_communicator.hpp"
 
 #include <fmt/format.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -14,6 +15,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -69,21 +71,22 @@ class BootstrapStore final : public gloo::rendezvous::Store {
   std::map<std::string, std::vector<char>> values_;
 };
 
-// Gloo's full mesh with the addresses exchanged in one allgather of the session instead of a
-// store's keys: every rank creates a pair per peer, sends the peers' listening addresses in one
-// blob (a 4-byte length before each, peers in rank order without itself) and connects each pair to
-// the address its peer made for it.
+// Gloo's mesh with the addresses exchanged in one allgather of the session instead of a store's
+// keys: every rank creates a pair per peer it connects to (gloo_peers), sends those pairs'
+// listening addresses in one blob (a 4-byte length before each, in its peers' ascending order) and
+// connects each pair to the address its peer made for it. With PowersOfTwo a rank's blob and
+// sockets grow with log2(size), not size.
 class ExchangedMeshContext final : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
 
-  void connect(bootstrap::Session& session, std::shared_ptr<gloo::transport::Device>& device) {
+  void connect(bootstrap::Session& session, std::shared_ptr<gloo::transport::Device>& device, GlooPeers which) {
     auto pairs = device->createContext(rank, size);
     pairs->setTimeout(getTimeout());
+    which_ = which;
     std::vector<std::uint8_t> mine;
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
-      const std::vector<char> address = pairs->createPair(peer)->address().bytes();
+    for (unsigned peer : peers_of(rank)) {
+      const std::vector<char> address = pairs->createPair(static_cast<int>(peer))->address().bytes();
       const auto length = static_cast<std::uint32_t>(address.size());
       const auto* l = reinterpret_cast<const std::uint8_t*>(&length);
       mine.insert(mine.end(), l, l + sizeof length);
@@ -92,18 +95,26 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
     const std::vector<bootstrap::Blob> all = session.allgather(mine);
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
-    for (int peer = 0; peer < size; ++peer)
-      if (peer != rank) pairs->getPair(peer)->connect(address_for_me(all[peer], peer));
+    for (unsigned peer : peers_of(rank))
+      pairs->getPair(static_cast<int>(peer))->connect(address_for_me(all[peer], static_cast<int>(peer)));
     device_ = device;
     transportContext_ = std::move(pairs);
   }
 
  private:
-  // Peer `from`'s blob holds size - 1 addresses; this rank's is at index rank (rank - 1 past `from`).
+  std::vector<unsigned> peers_of(int r) const {
+    return gloo_peers(static_cast<unsigned>(r), static_cast<unsigned>(size), which_);
+  }
+
+  // Peer `from`'s blob holds one address per peer of `from`, in their ascending order.
   std::vector<char> address_for_me(const bootstrap::Blob& blob, int from) const {
-    const int wanted = rank < from ? rank : rank - 1;
+    const std::vector<unsigned> theirs = peers_of(from);
+    const auto it = std::find(theirs.begin(), theirs.end(), static_cast<unsigned>(rank));
+    if (it == theirs.end())
+      throw Error(fmt::format("rank {} does not connect to rank {} (the pair rule is not symmetric)", from, rank), "gloo");
+    const auto wanted = static_cast<std::size_t>(it - theirs.begin());
     std::size_t at = 0;
-    for (int i = 0;; ++i) {
+    for (std::size_t i = 0;; ++i) {
       std::uint32_t length = 0;
       if (blob.size() - at < sizeof length) break;
       std::memcpy(&length, blob.data() + at, sizeof length);
@@ -116,6 +127,8 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
                             blob.size(), wanted, rank),
                 "gloo");
   }
+
+  GlooPeers which_ = GlooPeers::All;
 };
 
 template <typename T, typename Acc, Acc (*Load)(T), T (*Store)(Acc)>
@@ -150,8 +163,14 @@ CollectiveFailure gloo_failure(const gloo::IoException& e, std::chrono::millisec
 class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag,
-                   GlooRendezvous rendezvous)
-      : HostCommunicator("gloo"), rank_(session.rank()), size_(session.size()), timeout_(options.timeout) {
+                   GlooRendezvous rendezvous, GlooPeers peers)
+      : HostCommunicator("gloo"),
+        rank_(session.rank()),
+        size_(session.size()),
+        timeout_(options.timeout),
+        every_pair_(peers == GlooPeers::All || gloo_peers(rank_, size_, peers).size() + 1 == size_) {
+    if (peers != GlooPeers::All && rendezvous != GlooRendezvous::Exchange)
+      throw UsageError("a Gloo group that connects only some pairs needs the Exchange rendezvous", "gloo");
     // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
     // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
     // loopback or a management network.
@@ -174,7 +193,7 @@ class GlooCommunicator final : public HostCommunicator {
       if (rendezvous == GlooRendezvous::Exchange) {
         auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
         ctx->setTimeout(options.timeout);
-        ctx->connect(session, device);
+        ctx->connect(session, device, peers);
         context_ = ctx;
       } else {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
@@ -257,6 +276,11 @@ class GlooCommunicator final : public HostCommunicator {
   // UsageError on every rank instead of a transfer that waits for bytes that never come.
   Work start_alltoallv(const void* send, std::vector<std::size_t> send_bytes, void* recv,
                        std::vector<std::size_t> recv_bytes, Mode mode) override {
+    if (!every_pair_)
+      throw UsageError(fmt::format("alltoallv needs every pair connected; this Gloo group of {} connects only the "
+                                   "pairs at distance 2^k (GlooPeers::PowersOfTwo)",
+                                   size_),
+                       "gloo");
     return submit(mode, [=, this] {
       wrap([&] {
         std::vector<std::int64_t> mine, all(2 * size_ * size_);
@@ -325,6 +349,7 @@ class GlooCommunicator final : public HostCommunicator {
 
   unsigned rank_, size_;
   std::chrono::milliseconds timeout_;
+  bool every_pair_;  // false: only the pairs gloo_peers names are connected
   std::shared_ptr<gloo::Context> context_;
 };
 
@@ -332,8 +357,8 @@ class GlooCommunicator final : public HostCommunicator {
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
                                                      const std::string& address, const std::string& tag,
-                                                     GlooRendezvous rendezvous) {
-  return std::make_unique<GlooCommunicator>(session, options, address, tag, rendezvous);
+                                                     GlooRendezvous rendezvous, GlooPeers peers) {
+  return std::make_unique<GlooCommunicator>(session, options, address, tag, rendezvous, peers);
 }
 
 }  // namespace trainrt

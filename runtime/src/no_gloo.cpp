@@ -4,7 +4,7 @@
 namespace trainrt {
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session&, const CommOptions&, const std::string&,
-                                                     const std::string&, GlooRendezvous) {
+                                                     const std::string&, GlooRendezvous, GlooPeers) {
   throw Error("this build has no Gloo (install libgloo-dev and rebuild); multi-node host collectives need it", "gloo");
 }
 

@@ -7,9 +7,11 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/bucketer.hpp"
+#include "trainrt/runtime/gloo_communicator.hpp"
 #include "trainrt/runtime/nccl_communicator.hpp"
 #include "trainrt/runtime/shm_communicator.hpp"
 
@@ -176,4 +179,52 @@ TEST_CASE("NCCL placement: every rank needs a GPU of its own on its node") {
   auto missing = nccl_placement_problem({{0, 0, "0000:3b:00.0"}, {1, 0, ""}});
   REQUIRE(missing.has_value());
   CHECK(missing->find("rank(s) 1 have no usable CUDA device") != std::string::npos);
+}
+
+// The pairs Gloo 5b14351's algorithms use, as its sources compute them: the ring allreduce and
+// allgather (rank +- 1), the dissemination barrier (rank +- 2^k) and the binomial-tree broadcast
+// from every root.
+std::set<unsigned> gloo_algorithm_peers(unsigned r, unsigned n) {
+  std::set<unsigned> out;
+  for (unsigned long long d = 1; d < n; d <<= 1) {
+    out.insert(static_cast<unsigned>((r + d) % n));
+    out.insert(static_cast<unsigned>((r + n - d) % n));
+  }
+  unsigned dim = 0;
+  while ((1ull << dim) < n) ++dim;
+  for (unsigned root = 0; root < n; ++root) {
+    const unsigned vrank = (r + n - root) % n;
+    for (unsigned i = 0; i < dim; ++i) {
+      const unsigned vpeer = vrank ^ (1u << i);
+      if (vpeer < n) out.insert((vpeer + root) % n);
+    }
+  }
+  out.erase(r);
+  return out;
+}
+
+TEST_CASE("the sparse Gloo mesh holds every pair the leaders' collectives use, both ways, O(log n) per rank") {
+  for (unsigned n = 1; n <= 300; ++n) {
+    unsigned levels = 0;
+    while ((1u << levels) < n) ++levels;
+    for (unsigned r = 0; r < n; ++r) {
+      const auto peers = trainrt::gloo_peers(r, n, trainrt::GlooPeers::PowersOfTwo);
+      const std::set<unsigned> have(peers.begin(), peers.end());
+      REQUIRE(have.size() == peers.size());
+      REQUIRE(std::is_sorted(peers.begin(), peers.end()));
+      REQUIRE(peers.size() <= 2 * levels);
+      REQUIRE(!have.contains(r));
+      for (unsigned p : gloo_algorithm_peers(r, n)) {
+        INFO("n " << n << " rank " << r << " peer " << p);
+        REQUIRE(have.contains(p));
+      }
+      for (unsigned p : peers) {
+        const auto theirs = trainrt::gloo_peers(p, n, trainrt::GlooPeers::PowersOfTwo);
+        REQUIRE(std::binary_search(theirs.begin(), theirs.end(), r));
+      }
+    }
+  }
+  CHECK(trainrt::gloo_peers(0, 12500, trainrt::GlooPeers::PowersOfTwo).size() == 28);
+  CHECK(trainrt::gloo_peers(3, 7, trainrt::GlooPeers::All) == std::vector<unsigned>{0, 1, 2, 4, 5, 6});
+  CHECK_THROWS_AS(trainrt::gloo_peers(7, 7, trainrt::GlooPeers::All), trainrt::UsageError);
 }

@@ -3,6 +3,7 @@
 // store server, no guessed ports). Gloo's algorithms are deterministic run to run, but their
 // summation order is not the shared-memory backend's rank order.
 #include <memory>
+#include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/runtime/communicator.hpp"
@@ -18,12 +19,25 @@ namespace trainrt {
 //    while other threads of the process use the session (a group built at its first use).
 enum class GlooRendezvous { Exchange, Lookups };
 
+// Which members connect to each other.
+//  All: every pair (Gloo's full mesh): size - 1 connections per member; every collective works.
+//  PowersOfTwo: only the pairs at distance 2^k in either direction (mod size), at most
+//    2 ceil(log2 size) per member: every pair that Gloo's ring allreduce and allgather, its
+//    dissemination barrier and its binomial-tree broadcast (from any root) use; reduce_scatter
+//    too (an allreduce here). alltoallv needs every pair and is refused with a UsageError where a
+//    pair is missing. Needs the Exchange rendezvous.
+enum class GlooPeers { All, PowersOfTwo };
+
+// The members `rank` of `size` connects to, ascending, without itself.
+std::vector<unsigned> gloo_peers(unsigned rank, unsigned size, GlooPeers peers);
+
 // `address`: the host name or IP this rank listens on (reachable from the other nodes); empty:
 // SLURMD_NODENAME, else the host name. `tag` names the rendezvous keys of Lookups; every member must
 // pass the same one (empty: a per-process counter, right when every rank creates the same
 // communicators in the same order).
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options = {},
                                                      const std::string& address = {}, const std::string& tag = {},
-                                                     GlooRendezvous rendezvous = GlooRendezvous::Exchange);
+                                                     GlooRendezvous rendezvous = GlooRendezvous::Exchange,
+                                                     GlooPeers peers = GlooPeers::All);
 
 }  // namespace trainrt
