@@ -11,5 +11,7 @@ std::unique_ptr<Session> open_pmix_session(const SessionOptions& options);
 void check_sources(const std::vector<unsigned>& sources, unsigned size);
 // join_gather_from's caller must not be one of the (valid) sources: it would put nothing they read.
 void check_joiner(const std::vector<unsigned>& sources, unsigned size, unsigned rank);
+// gather_some's reads must be ascending and each one of the (valid) sources.
+void check_reads(const std::vector<unsigned>& sources, const std::vector<unsigned>& reads, unsigned size);
 
 }  // namespace trainrt::bootstrap

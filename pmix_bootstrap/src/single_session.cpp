@@ -62,6 +62,34 @@ void Session::join_gather_from(const std::vector<unsigned>& sources) {
   gather_from({}, sources);
 }
 
+std::vector<Blob> Session::gather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
+                                       const std::vector<unsigned>& reads) {
+  check_reads(sources, reads, size());
+  auto blobs = gather_from(mine, sources);
+  std::vector<Blob> out;
+  for (unsigned r : reads) out.push_back(std::move(blobs[std::lower_bound(sources.begin(), sources.end(), r) - sources.begin()]));
+  return out;
+}
+
+std::vector<Blob> Session::allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) {
+  std::vector<unsigned> everyone(size());
+  for (unsigned r = 0; r < size(); ++r) everyone[r] = r;
+  check_reads(everyone, reads, size());
+  auto all = allgather(mine);
+  for (unsigned r = 0; r < all.size(); ++r)
+    if (!std::binary_search(reads.begin(), reads.end(), r)) all[r].clear();
+  return all;
+}
+
+void check_reads(const std::vector<unsigned>& sources, const std::vector<unsigned>& reads, unsigned size) {
+  check_sources(sources, size);
+  for (std::size_t i = 0; i < reads.size(); ++i)
+    if ((i > 0 && reads[i] <= reads[i - 1]) || !std::binary_search(sources.begin(), sources.end(), reads[i]))
+      throw Error(fmt::format("gather_some: read {} (position {}) is not an ascending rank among the {} sources",
+                              reads[i], i, sources.size()),
+                  "bootstrap");
+}
+
 void check_sources(const std::vector<unsigned>& sources, unsigned size) {
   for (std::size_t i = 0; i < sources.size(); ++i)
     if (sources[i] >= size || (i > 0 && sources[i] <= sources[i - 1]))

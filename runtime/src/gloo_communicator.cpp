@@ -73,9 +73,9 @@ class BootstrapStore final : public gloo::rendezvous::Store {
 
 // Gloo's mesh with the addresses exchanged in one allgather of the session instead of a store's
 // keys: every rank creates a pair per peer it connects to (gloo_peers), sends those pairs'
-// listening addresses in one blob (a 4-byte length before each, in its peers' ascending order) and
-// connects each pair to the address its peer made for it. With PowersOfTwo a rank's blob and
-// sockets grow with log2(size), not size.
+// listening addresses in one blob (a 4-byte length before each, in its peers' ascending order),
+// reads its peers' blobs only and connects each pair to the address its peer made for it. With
+// PowersOfTwo a rank's blob, reads and sockets grow with log2(size), not size.
 class ExchangedMeshContext final : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
@@ -92,7 +92,7 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
       mine.insert(mine.end(), l, l + sizeof length);
       mine.insert(mine.end(), address.begin(), address.end());
     }
-    const std::vector<bootstrap::Blob> all = session.allgather(mine);
+    const std::vector<bootstrap::Blob> all = session.allgather_some(mine, peers_of(rank));
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
     for (unsigned peer : peers_of(rank))

@@ -65,6 +65,27 @@ class SubSession final : public bootstrap::Session {
       out[i] = std::move(blobs[std::lower_bound(ascending.begin(), ascending.end(), members_[i]) - ascending.begin()]);
     return out;
   }
+  // As allgather, but a member reads only the members `reads` (indices in this group, ascending).
+  std::vector<bootstrap::Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) override {
+    std::vector<unsigned> ascending = members_;
+    std::sort(ascending.begin(), ascending.end());
+    if (!is_member()) {
+      parent_.join_gather_from(ascending);
+      return std::vector<bootstrap::Blob>(members_.size());
+    }
+    std::vector<unsigned> parent_reads;
+    for (unsigned i : reads) {
+      if (i >= members_.size())
+        throw UsageError(fmt::format("allgather_some: member {} outside a group of {}", i, members_.size()), "bootstrap");
+      parent_reads.push_back(members_[i]);
+    }
+    std::sort(parent_reads.begin(), parent_reads.end());
+    auto blobs = parent_.gather_some(mine, ascending, parent_reads);
+    std::vector<bootstrap::Blob> out(members_.size());
+    for (std::size_t k = 0; k < parent_reads.size(); ++k)
+      out[std::find(members_.begin(), members_.end(), parent_reads[k]) - members_.begin()] = std::move(blobs[k]);
+    return out;
+  }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
     if (root >= members_.size())
       throw UsageError(fmt::format("broadcast root {} outside a group of {}", root, members_.size()), "bootstrap");

@@ -113,6 +113,28 @@ int main() {
         check(std::string(e.what()).find("one of the sources") != std::string::npos, fmt::format("unclear error: {}", e.what()));
       }
     }
+    // allgather_some: every rank reads only its neighbours' blobs (a list of its own), counted.
+    std::vector<unsigned> nbrs = {(me + n - 1) % n, (me + 1) % n};
+    std::sort(nbrs.begin(), nbrs.end());
+    nbrs.erase(std::unique(nbrs.begin(), nbrs.end()), nbrs.end());
+    const auto c6 = s->counts();
+    const auto near = s->allgather_some(blob_of(me, 94), nbrs);
+    const auto c7 = s->counts();
+    check(near.size() == n, fmt::format("allgather_some returned {} blobs for {} ranks", near.size(), n));
+    for (unsigned r = 0; r < n && r < near.size(); ++r) {
+      const bool wanted = std::binary_search(nbrs.begin(), nbrs.end(), r);
+      check(wanted ? near[r] == blob_of(r, 94) : near[r].empty(), fmt::format("allgather_some: the blob of {}", r));
+    }
+    const std::size_t own = std::ranges::count(nbrs, me);  // one's own blob is no read of a server
+    check(gets(c7) - gets(c6) <= nbrs.size() && gets(c7) - gets(c6) + own >= nbrs.size() &&
+              c7.fences_with_data == c6.fences_with_data + 1,
+          fmt::format("allgather_some read {} blobs for {} wanted", gets(c7) - gets(c6), nbrs.size()));
+    try {
+      s->gather_some(blob_of(me, 95), first_last, {n > 2 ? 1u : n});
+      check(false, "gather_some reading a rank that is not a source was accepted");
+    } catch (const trainrt::Error& e) {
+      check(std::string(e.what()).find("among the") != std::string::npos, fmt::format("unclear error: {}", e.what()));
+    }
     const auto c2 = s->counts();
     s->barrier();
     const auto c3 = s->counts();

@@ -65,6 +65,14 @@ class Session {
   // gather_from by a rank that is none of `sources` and needs none of their blobs (a node's other
   // ranks while its leader meets the other leaders): it joins the fence and reads nothing.
   virtual void join_gather_from(const std::vector<unsigned>& sources);
+  // gather_from where this rank reads only `reads` (ascending, each one of `sources`; the lists
+  // may differ from rank to rank): one fence for all, |reads| reads here, their blobs in order.
+  // (A node leader that connects to O(log nodes) other leaders reads only theirs.)
+  virtual std::vector<Blob> gather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
+                                        const std::vector<unsigned>& reads);
+  // allgather where this rank needs only the blobs of `reads` (ascending ranks; the lists may
+  // differ from rank to rank). Indexed by rank, as allgather; the blobs not read stay empty.
+  virtual std::vector<Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads);
   virtual void barrier() = 0;
 
   // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under
