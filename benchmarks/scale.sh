@@ -8,7 +8,9 @@
 #                          ranks without link delay (the torch of /opt/train-runtime/pyenv where it
 #                          imports, else Debian's; --torch-python PY picks one)
 #   D  base                with --baseline-lib DIR: B again with DIR's libtrainrt.so (an older
-#                          build to compare, figures prefixed base_), up to --baseline-max ranks
+#                          build to compare, figures prefixed base_), up to --baseline-max ranks;
+#                          DIR's own scale_bench when it holds one (a library whose ABI changed
+#                          needs the program built with it)
 # Every run is one srun bounded by --step-timeout; the load average and the measured node-to-node
 # round trip are recorded beside every figure. Output: OUT/raw.tsv (one line per figure and run),
 # OUT/summary.txt (medians, ratios to the bare fence measured in the same point).
@@ -140,7 +142,10 @@ for p in "${points[@]}"; do
       env=(ALL NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 TRAINRT_IFNAME=eth0 MASTER_ADDR=tsc-n1 MASTER_PORT=$port)
       cmd=("$bench" "$mode" --reps 3)
       [[ $mode != torch ]] || cmd=("$torch_python" "$torch_py")
-      [[ $mode != base ]] || { cmd=("$bench" init --reps 3); env+=(LD_LIBRARY_PATH="$baseline_lib"); }
+      if [[ $mode == base ]]; then
+        cmd=("$bench" init --reps 3); env+=(LD_LIBRARY_PATH="$baseline_lib")
+        [[ ! -x $baseline_lib/scale_bench ]] || cmd[0]=$baseline_lib/scale_bench
+      fi
       wait_idle "$nodelist"
       lb=$(load) t0=$(date +%s.%N)
       res=$(timeout "$step_timeout" bash "$cluster" run srun -N "$n" -n "$r" --ntasks-per-node=$((r / n)) --nodelist="$nodelist" \

@@ -73,33 +73,61 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
   out << doc.dump(2) << "\n";
 }
 
-Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path)
-    : recorder_(recorder), rank_(rank), timeout_(timeout), path_(std::move(dump_path)) {
+Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path,
+                   std::function<bool()> terminating, std::chrono::milliseconds grace)
+    : recorder_(recorder),
+      rank_(rank),
+      timeout_(timeout),
+      path_(std::move(dump_path)),
+      terminating_(std::move(terminating)),
+      grace_(grace) {
   heartbeat();
   thread_ = std::thread([this] {
     while (!stop_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       std::uint64_t seq = 0;
       std::chrono::duration<double> age{};
-      const auto since_beat = std::chrono::steady_clock::now().time_since_epoch() -
-                              std::chrono::steady_clock::duration(last_beat_.load());
+      const auto now = std::chrono::steady_clock::now();
+      const auto since_beat = now.time_since_epoch() - std::chrono::steady_clock::duration(last_beat_.load());
       std::string reason;
       double waited = 0;
+      FailureKind kind = FailureKind::Timeout;
       if (recorder_.in_flight(seq, age) && age > timeout_) {
         waited = age.count();
         reason = fmt::format("collective #{} in flight for {:.1f} s (timeout {} ms)", seq, waited, timeout_.count());
       } else if (since_beat > timeout_) {
         waited = std::chrono::duration<double>(since_beat).count();
         reason = fmt::format("no step progress for {:.1f} s (timeout {} ms)", waited, timeout_.count());
+      } else if (reason = termination_overdue(now); !reason.empty()) {
+        waited = std::chrono::duration<double>(now - *terminating_since_).count();
+        kind = FailureKind::Aborted;
       }
       if (reason.empty()) continue;
-      // This rank cannot tell whom it waits for: a timeout naming no rank.
-      recorder_.dump(path_, rank_, "watchdog: " + reason, CollectiveFailure{FailureKind::Timeout, {}, waited});
+      // This rank cannot tell whom it waits for: a failure naming no rank.
+      recorder_.dump(path_, rank_, "watchdog: " + reason, CollectiveFailure{kind, {}, waited});
       std::fprintf(stderr, "trainrt: rank %u watchdog fired: %s; flight recorder in %s\n", rank_, reason.c_str(), path_.c_str());
       std::fflush(nullptr);
       std::_Exit(3);
     }
   });
+}
+
+std::string Watchdog::termination_overdue(std::chrono::steady_clock::time_point now) {
+  if (!terminating_ || leaving_.load()) return {};
+  if (!terminating_since_) {
+    bool asked = false;
+    try {
+      asked = terminating_();
+    } catch (...) {
+      terminating_ = nullptr;  // a test that throws cannot be trusted again; the other rules still hold
+    }
+    if (asked) terminating_since_ = now;
+    return {};
+  }
+  if (now - *terminating_since_ <= grace_) return {};
+  return fmt::format("the step was told to end (SIGTERM) {:.1f} s ago and this rank's step has not ended (grace {} ms): "
+                     "it waits for a peer that is gone",
+                     std::chrono::duration<double>(now - *terminating_since_).count(), grace_.count());
 }
 
 Watchdog::~Watchdog() {

@@ -58,6 +58,11 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "its own, else cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_option("--watchdog", o.watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
+  app.add_option("--term-grace", o.term_grace_s,
+                 "seconds the step in progress may take to end after SIGTERM (Slurm ending the step) before the rank dumps "
+                 "and exits 3: a rank stuck on a peer that is gone leaves now, not at KillWait's SIGKILL; the final "
+                 "checkpoint after it is not limited (default 2)")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--fault", fault_text,
                  "inject a fault (tests): kill:RANK:STEP (SIGKILL) or stall:RANK:STEP:SECONDS (one sleep before the "
                  "step) in the first attempt only; slow:RANK:STEP:SECONDS adds SECONDS of compute to every step from "

@@ -23,6 +23,7 @@ struct Options {
   std::string ckpt_dir, out_dir = ".";
   float lr = 3e-3f;
   double watchdog_s = 60;
+  double term_grace_s = 2;  // after SIGTERM, the step in progress must end within this
   std::size_t hidden = 64;
   std::string device = "auto";  // auto | cuda | cpu
   std::string dump_params;      // rank 0 writes the final parameters' raw f32 bytes here

@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -95,7 +96,8 @@ struct Reporting {
         first_attempt(!std::filesystem::exists(metrics_path)),
         // The collective timeout fires first and names the ranks that never arrived; the watchdog
         // (2 s later) catches hangs outside collectives.
-        watchdog(recorder, rank, std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000) + 2000), flight_path),
+        watchdog(recorder, rank, std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000) + 2000), flight_path,
+                 [] { return stop_signal() == SIGTERM; }, std::chrono::milliseconds(static_cast<long>(o.term_grace_s * 1000))),
         metrics(metrics_path),
         trace(fmt::format("{}/trace_rank{}.json", o.out_dir, rank), rank) {}
 };
@@ -233,6 +235,7 @@ class Trainer {
     checkpoint_busy_ = any[1] != 0;
     const std::int32_t stop_any = any[0];
     if (!stop_any) return;
+    rep_.watchdog.leaving();
     if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
     finish_pending();
     std::memcpy(step_blob.data(), &done, 8);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -50,18 +51,33 @@ class FlightRecorder {
 // Fires when an op stays in flight longer than `timeout`, or when no heartbeat arrives for
 // `timeout`: dumps the recorder to `dump_path` and ends the process with exit code 3, so Slurm
 // (srun --kill-on-bad-exit) ends the step instead of letting it hang.
+//
+// `terminating` (polled by the watchdog's thread; the trainer passes "SIGTERM arrived") shortens
+// the wait: once it holds, the rank must call leaving() within `grace`, or the watchdog ends it the
+// same way (failure "aborted", naming no rank). Slurm sends SIGTERM when it ends a step (a task
+// failed, scancel) and SIGKILL KillWait later (30 s by default): a rank whose step has not ended
+// `grace` after SIGTERM is stuck on a peer that is gone (a send that no closed connection wakes),
+// and it leaves its flight record now instead of being killed without one KillWait later.
 class Watchdog {
  public:
-  Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path);
+  Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path,
+           std::function<bool()> terminating = {}, std::chrono::milliseconds grace = std::chrono::seconds(2));
   ~Watchdog();
   void heartbeat() { last_beat_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
+  // The rank ended its step after a termination request and goes on to its final checkpoint and
+  // exit: from here on only `timeout` and Slurm's KillWait bound it.
+  void leaving() { leaving_.store(true); }
 
  private:
+  std::string termination_overdue(std::chrono::steady_clock::time_point now);
   const FlightRecorder& recorder_;
   unsigned rank_;
   std::chrono::milliseconds timeout_;
   std::string path_;
-  std::atomic<bool> stop_{false};
+  std::function<bool()> terminating_;
+  std::chrono::milliseconds grace_;
+  std::optional<std::chrono::steady_clock::time_point> terminating_since_;  // the watchdog thread's own
+  std::atomic<bool> stop_{false}, leaving_{false};
   std::atomic<std::int64_t> last_beat_;
   std::thread thread_;
 };
