@@ -9,9 +9,10 @@ Per size and variant, median of `reps` saves (3 up to 2 GiB, 2 above), each to a
 that is removed once its future completes:
   default   dcp.async_save(state, checkpoint_id=...) as documented: staged into fresh pageable
             host memory before it returns
-  pinned    the same with a reused DefaultStager(StagingOptions(use_pinned_memory=True,
-            use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=True)):
-            pinned staging allocated once (before timing, by one untimed stage()), as ours is
+  pinned    the same with a DefaultStager(StagingOptions(use_pinned_memory=True,
+            use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=True)), a new
+            one per save: torch 2.11's stager serves one stage() (it empties its copy table and
+            its pinned cache at the end of each), so its pinned staging is allocated every time
   async     DefaultStager with use_async_staging=True as well: async_save returns before the copy
             is done; "staged" is when its staging_completion resolves, the earliest moment the
             tensors may be written again (the fair figure to set against our stall)
@@ -145,14 +146,13 @@ def measure(a, mib, work, dev, sync, torch, dcp, DefaultStager, StagingOptions):
         print(f"{mib:>5} MiB  pinned/async staging variants not measured: this torch has no DefaultStager", flush=True)
     kept = None
     for variant, make_stager in variants:
-        stager = make_stager() if make_stager else None
-        if stager is not None:  # allocate (and cache) the pinned staging once, untimed, as ours is
-            staged = stager.stage(state)
-            if hasattr(staged, "result"):
-                staged.result()
-            del staged
         blocked, ready, total_s = [], [], []
         for rep in range(reps):
+            # One DefaultStager per save: torch 2.11's stage() ends by closing its StateDictStager,
+            # which empties its copy table and its cache of pinned storages, so a second stage()
+            # raises KeyError: <class 'type'> (the first GPU run). Its pinned staging is allocated
+            # inside every timed save, as for anyone using this torch.
+            stager = make_stager() if make_stager else None
             path = os.path.join(work, f"{variant}-{mib}-{rep}")
             extra = {"async_stager": stager} if stager is not None else {}
             sync()
@@ -166,12 +166,12 @@ def measure(a, mib, work, dev, sync, torch, dcp, DefaultStager, StagingOptions):
             ready.append(time.perf_counter() - t0)
             upload.result()
             total_s.append(time.perf_counter() - t0)
+            if stager is not None:
+                stager.close()
             if variant == "default" and rep == reps - 1:
                 kept = path
             else:
                 shutil.rmtree(path, ignore_errors=True)
-        if stager is not None:
-            stager.close()
         med = lambda xs: statistics.median(xs) * 1e3
         gbs = lambda ms: total / 1e9 / (ms / 1e3)
         print(f"{mib:>5} MiB  dcp.async_save [{variant:7}] blocks {med(blocked):9.2f} ms, tensors safe to modify after "
