@@ -203,14 +203,7 @@ class PmixSession final : public Session {
   }
 
   std::vector<Blob> gather_from(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources) override {
-    check_sources(sources, size_);
-    std::lock_guard lock(mutex_);
-    const std::string key = next_key();
-    if (std::binary_search(sources.begin(), sources.end(), me_.rank)) put(key, mine);
-    fence(true, key);
-    std::vector<Blob> out;
-    for (unsigned r : sources) out.push_back(get_blob(r, key));
-    return out;
+    return gather_some(mine, sources, sources);
   }
 
   std::vector<Blob> gather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
