@@ -92,7 +92,10 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
       mine.insert(mine.end(), l, l + sizeof length);
       mine.insert(mine.end(), address.begin(), address.end());
     }
-    const std::vector<bootstrap::Blob> all = session.allgather_some(mine, peers_of(rank));
+    // A full mesh needs every blob: the session's allgather, which past a few ranks goes through
+    // the node leaders' bundles (one read per rank), not N - 1 reads each.
+    const std::vector<bootstrap::Blob> all =
+        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, peers_of(rank));
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
     for (unsigned peer : peers_of(rank))

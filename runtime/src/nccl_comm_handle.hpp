@@ -61,6 +61,8 @@ struct CommHandle {
   // run: a host callback holding the stream 4 s kept a 1 s timeout's abort, and its PeerError,
   // 4 s). So the abort runs on its own thread: the caller gets its PeerError at the timeout, and
   // the handle's end waits for the abort. `comm` is null from here on, so nothing else touches it.
+  // Until then the failed collective's kernels may still touch its buffers: a caller that goes on
+  // after the PeerError frees or reuses them only once the communicator is gone.
   void abort_locked(const std::string& why, CollectiveFailure what = {FailureKind::Aborted, {}}) noexcept {
     if (failure.empty()) {
       failure = why;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -80,7 +81,7 @@ Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::m
       timeout_(timeout),
       path_(std::move(dump_path)),
       terminating_(std::move(terminating)),
-      grace_(grace) {
+      grace_ms_(grace.count()) {
   heartbeat();
   thread_ = std::thread([this] {
     while (!stop_.load()) {
@@ -99,7 +100,7 @@ Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::m
         waited = std::chrono::duration<double>(since_beat).count();
         reason = fmt::format("no step progress for {:.1f} s (timeout {} ms)", waited, timeout_.count());
       } else if (reason = termination_overdue(now); !reason.empty()) {
-        waited = std::chrono::duration<double>(now - *terminating_since_).count();
+        waited = std::chrono::duration<double>(now - *terminating_since_).count();  // from the request
         kind = FailureKind::Aborted;
       }
       if (reason.empty()) continue;
@@ -112,8 +113,13 @@ Watchdog::Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::m
   });
 }
 
+void Watchdog::guard_termination(bool on) {
+  if (on) guarded_since_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  guarded_.store(on);
+}
+
 std::string Watchdog::termination_overdue(std::chrono::steady_clock::time_point now) {
-  if (!terminating_ || leaving_.load()) return {};
+  if (!terminating_) return {};
   if (!terminating_since_) {
     bool asked = false;
     try {
@@ -124,10 +130,14 @@ std::string Watchdog::termination_overdue(std::chrono::steady_clock::time_point 
     if (asked) terminating_since_ = now;
     return {};
   }
-  if (now - *terminating_since_ <= grace_) return {};
-  return fmt::format("the step was told to end (SIGTERM) {:.1f} s ago and this rank's step has not ended (grace {} ms): "
+  if (!guarded_.load()) return {};
+  const std::chrono::steady_clock::time_point began{std::chrono::steady_clock::duration(guarded_since_.load())};
+  const auto from = std::max(*terminating_since_, began);
+  const std::chrono::milliseconds grace(grace_ms_.load());
+  if (now - from <= grace) return {};
+  return fmt::format("the step was told to end (SIGTERM) and this rank's step has not ended {:.1f} s later (grace {} ms): "
                      "it waits for a peer that is gone",
-                     std::chrono::duration<double>(now - *terminating_since_).count(), grace_.count());
+                     std::chrono::duration<double>(now - from).count(), grace.count());
 }
 
 Watchdog::~Watchdog() {

@@ -59,9 +59,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   app.add_option("--watchdog", o.watchdog_s, "seconds a collective or a step may take before the rank dumps and exits (default 60)");
   app.add_option("--term-grace", o.term_grace_s,
-                 "seconds the step in progress may take to end after SIGTERM (Slurm ending the step) before the rank dumps "
-                 "and exits 3: a rank stuck on a peer that is gone leaves now, not at KillWait's SIGKILL; the final "
-                 "checkpoint after it is not limited (default 2)")
+                 "seconds the step in progress may take to end after SIGTERM (Slurm ending the step), or 3x the last "
+                 "step if longer, before the rank dumps and exits 3: a rank stuck on a peer that is gone leaves now, not "
+                 "at KillWait's SIGKILL; restores and checkpoints, the final one included, are not limited (default 2)")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--fault", fault_text,
                  "inject a fault (tests): kill:RANK:STEP (SIGKILL) or stall:RANK:STEP:SECONDS (one sleep before the "

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <condition_variable>
@@ -176,8 +177,11 @@ class Trainer {
   }
 
   // One training step and what follows it: the checkpoint if due, the metrics, the monitor.
+  // After SIGTERM the step's agreement, compute and collectives get the termination grace (a rank
+  // stuck there on a peer that is gone leaves then); its checkpoint does not.
   void one_step(std::uint64_t step, const Shapes& shapes) {
     rep_.watchdog.heartbeat();
+    rep_.watchdog.guard_termination(true);
     stop_if_any_rank_was_signalled();
     inject_fault(step);
     const double t0 = rep_.trace.now();
@@ -191,12 +195,17 @@ class Trainer {
     if (ballast) ballast->step(step);
     done = step;
     const double step_s = rep_.trace.now() - t0;
+    rep_.watchdog.guard_termination(false);
+    // A step three times longer than the last one is no longer just a slow step.
+    rep_.watchdog.set_termination_grace(std::chrono::milliseconds(static_cast<long>(1000 * std::max(o_.term_grace_s, 3 * step_s))));
     rep_.trace.event(fmt::format("step {}", step), "step", t0, step_s);
     rep_.trace.event("allreduce", "comm", t_comm, comm_s);
     const auto [stall, persist] = checkpoint_if_due(step);
     report_step(step, shapes, step_s, comm_s, stall, persist);
     if (after_first_step) std::exchange(after_first_step, nullptr)();
+    rep_.watchdog.guard_termination(true);
     monitor_.after_step(step, step_s - comm_s);  // every --straggler-every steps, a collective
+    rep_.watchdog.guard_termination(false);
   }
 
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
@@ -235,7 +244,7 @@ class Trainer {
     checkpoint_busy_ = any[1] != 0;
     const std::int32_t stop_any = any[0];
     if (!stop_any) return;
-    rep_.watchdog.leaving();
+    rep_.watchdog.guard_termination(false);  // the final checkpoint has all of KillWait
     if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
     finish_pending();
     std::memcpy(step_blob.data(), &done, 8);

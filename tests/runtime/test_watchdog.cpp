@@ -1,5 +1,5 @@
 // The watchdog ends a stuck rank with exit 3 and its flight record; after a termination request
-// (SIGTERM) it allows the step only `grace` to end. Each case runs in a child process, which the
+// (SIGTERM) it allows guarded work (a step) only `grace` to end. Each case runs in a child process, which the
 // watchdog may _Exit.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
@@ -58,8 +58,11 @@ Outcome run_child(std::chrono::milliseconds ask_after, std::chrono::milliseconds
 
 }  // namespace
 
-TEST_CASE("after SIGTERM a step that does not end within the grace is ended, its record naming why") {
-  const Outcome o = run_child(200ms, 300ms, [](trainrt::Watchdog&) { std::this_thread::sleep_for(5s); });
+TEST_CASE("after SIGTERM guarded work that does not end within the grace ends the rank, its record naming why") {
+  const Outcome o = run_child(200ms, 300ms, [](trainrt::Watchdog& dog) {
+    dog.guard_termination(true);  // a step's collectives
+    std::this_thread::sleep_for(5s);
+  });
   CHECK(o.code == 3);
   CHECK(o.seconds >= 0.5);
   CHECK(o.seconds < 4.5);  // the body sleeps 5 s: the watchdog, not the body, ended it
@@ -67,18 +70,34 @@ TEST_CASE("after SIGTERM a step that does not end within the grace is ended, its
   CHECK(o.flight.find("\"aborted\"") != std::string::npos);
 }
 
-TEST_CASE("a rank that ended its step after SIGTERM (leaving) is not cut short in its final work") {
+TEST_CASE("after SIGTERM work that is not guarded (a restore, the final checkpoint) is not cut short") {
   const Outcome o = run_child(100ms, 300ms, [](trainrt::Watchdog& dog) {
-    std::this_thread::sleep_for(200ms);
-    dog.leaving();
-    std::this_thread::sleep_for(1500ms);  // the final checkpoint
+    dog.guard_termination(true);
+    std::this_thread::sleep_for(150ms);
+    dog.guard_termination(false);
+    std::this_thread::sleep_for(1500ms);
   });
   CHECK(o.code == 0);
   CHECK(o.flight.empty());
 }
 
-TEST_CASE("without a termination request a slow step is the ordinary timeout's affair only") {
-  const Outcome o = run_child(1h, 300ms, [](trainrt::Watchdog&) { std::this_thread::sleep_for(1500ms); });
+TEST_CASE("the grace counts from the guarded work's start when that comes after SIGTERM, and follows set_termination_grace") {
+  const Outcome o = run_child(100ms, 300ms, [](trainrt::Watchdog& dog) {
+    dog.set_termination_grace(1500ms);       // steps got slower
+    std::this_thread::sleep_for(800ms);      // unguarded: the request is older than the grace
+    dog.guard_termination(true);
+    std::this_thread::sleep_for(1000ms);     // a step within the (raised) grace
+    dog.guard_termination(false);
+  });
+  CHECK(o.code == 0);
+  CHECK(o.flight.empty());
+}
+
+TEST_CASE("without a termination request slow guarded work is the ordinary timeout's affair only") {
+  const Outcome o = run_child(1h, 300ms, [](trainrt::Watchdog& dog) {
+    dog.guard_termination(true);
+    std::this_thread::sleep_for(1500ms);
+  });
   CHECK(o.code == 0);
   CHECK(o.flight.empty());
 }

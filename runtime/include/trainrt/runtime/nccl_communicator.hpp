@@ -14,7 +14,10 @@
 //    once it returns; an asynchronous one completes its Work with the collective.
 // Failures: an NCCL error, an asynchronous error seen while waiting (ncclCommGetAsyncError is
 // polled) or a collective not done within NcclOptions::timeout aborts the communicator, once, and
-// throws PeerError; every later call, and every outstanding Work, throws PeerError too.
+// throws PeerError; every later call, and every outstanding Work, throws PeerError too. The abort
+// runs beside the caller (it can wait for work queued on the device), so the PeerError comes at
+// the timeout; the failed collective's buffers may be freed or reused once the communicator is
+// destroyed, whose destruction waits for the abort.
 #include <chrono>
 #include <cstdint>
 #include <memory>

@@ -53,20 +53,23 @@ class FlightRecorder {
 // (srun --kill-on-bad-exit) ends the step instead of letting it hang.
 //
 // `terminating` (polled by the watchdog's thread; the trainer passes "SIGTERM arrived") shortens
-// the wait: once it holds, the rank must call leaving() within `grace`, or the watchdog ends it the
-// same way (failure "aborted", naming no rank). Slurm sends SIGTERM when it ends a step (a task
-// failed, scancel) and SIGKILL KillWait later (30 s by default): a rank whose step has not ended
-// `grace` after SIGTERM is stuck on a peer that is gone (a send that no closed connection wakes),
-// and it leaves its flight record now instead of being killed without one KillWait later.
+// the wait inside guarded work (guard_termination: a step's compute and collectives, where a peer
+// that is gone blocks; not a restore, a checkpoint or the final save, which Slurm's KillWait alone
+// bounds): guarded work that has not ended `grace` after the request (or after it began, if later)
+// ends the rank the same way (failure "aborted", naming no rank). Slurm sends SIGTERM when it ends
+// a step (a task failed, scancel) and SIGKILL KillWait later (30 s by default): such a rank is stuck
+// on a peer that is gone (a send that no closed connection wakes), and it leaves its flight record
+// now instead of being killed without one KillWait later.
 class Watchdog {
  public:
   Watchdog(const FlightRecorder& recorder, unsigned rank, std::chrono::milliseconds timeout, std::string dump_path,
            std::function<bool()> terminating = {}, std::chrono::milliseconds grace = std::chrono::seconds(2));
   ~Watchdog();
   void heartbeat() { last_beat_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
-  // The rank ended its step after a termination request and goes on to its final checkpoint and
-  // exit: from here on only `timeout` and Slurm's KillWait bound it.
-  void leaving() { leaving_.store(true); }
+  // Marks the start (true) or the end (false) of guarded work.
+  void guard_termination(bool on);
+  // The grace may follow the work: a trainer whose steps take longer raises it.
+  void set_termination_grace(std::chrono::milliseconds grace) { grace_ms_.store(grace.count()); }
 
  private:
   std::string termination_overdue(std::chrono::steady_clock::time_point now);
@@ -75,9 +78,10 @@ class Watchdog {
   std::chrono::milliseconds timeout_;
   std::string path_;
   std::function<bool()> terminating_;
-  std::chrono::milliseconds grace_;
+  std::atomic<std::int64_t> grace_ms_;
   std::optional<std::chrono::steady_clock::time_point> terminating_since_;  // the watchdog thread's own
-  std::atomic<bool> stop_{false}, leaving_{false};
+  std::atomic<bool> stop_{false}, guarded_{false};
+  std::atomic<std::int64_t> guarded_since_{0};  // steady_clock ticks
   std::atomic<std::int64_t> last_beat_;
   std::thread thread_;
 };
