@@ -156,18 +156,20 @@ def measure(a, mib, work, dev, sync, torch, dcp, DefaultStager, StagingOptions):
             path = os.path.join(work, f"{variant}-{mib}-{rep}")
             extra = {"async_stager": stager} if stager is not None else {}
             sync()
-            t0 = time.perf_counter()
-            resp = dcp.async_save(state, checkpoint_id=path, **extra)
-            blocked.append(time.perf_counter() - t0)
-            staging = getattr(resp, "staging_completion", None)  # AsyncSaveResponse (async staging)
-            upload = getattr(resp, "upload_completion", resp)
-            if staging is not None:
-                staging.result()
-            ready.append(time.perf_counter() - t0)
-            upload.result()
-            total_s.append(time.perf_counter() - t0)
-            if stager is not None:
-                stager.close()
+            try:
+                t0 = time.perf_counter()
+                resp = dcp.async_save(state, checkpoint_id=path, **extra)
+                blocked.append(time.perf_counter() - t0)
+                staging = getattr(resp, "staging_completion", None)  # AsyncSaveResponse (async staging)
+                upload = getattr(resp, "upload_completion", resp)
+                if staging is not None:
+                    staging.result()
+                ready.append(time.perf_counter() - t0)
+                upload.result()
+                total_s.append(time.perf_counter() - t0)
+            finally:  # its staging thread and pinned memory go with it, also when the save failed
+                if stager is not None:
+                    stager.close()
             if variant == "default" and rep == reps - 1:
                 kept = path
             else:
