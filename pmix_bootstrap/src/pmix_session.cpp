@@ -218,15 +218,6 @@ class PmixSession final : public Session {
     return out;
   }
 
-  std::vector<Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) override {
-    std::vector<unsigned> everyone(size_);
-    for (unsigned r = 0; r < size_; ++r) everyone[r] = r;
-    auto blobs = gather_some(mine, everyone, reads);
-    std::vector<Blob> all(size_);
-    for (std::size_t i = 0; i < reads.size(); ++i) all[reads[i]] = std::move(blobs[i]);
-    return all;
-  }
-
   void join_gather_from(const std::vector<unsigned>& sources) override {
     check_joiner(sources, size_, me_.rank);
     std::lock_guard lock(mutex_);

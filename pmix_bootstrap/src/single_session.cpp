@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "session_impl.hpp"
 
@@ -71,13 +72,13 @@ std::vector<Blob> Session::gather_some(std::span<const std::uint8_t> mine, const
   return out;
 }
 
+// Every rank a source; PmixSession's gather_some reads only `reads`.
 std::vector<Blob> Session::allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) {
   std::vector<unsigned> everyone(size());
-  for (unsigned r = 0; r < size(); ++r) everyone[r] = r;
-  check_reads(everyone, reads, size());
-  auto all = allgather(mine);
-  for (unsigned r = 0; r < all.size(); ++r)
-    if (!std::binary_search(reads.begin(), reads.end(), r)) all[r].clear();
+  std::iota(everyone.begin(), everyone.end(), 0u);
+  auto blobs = gather_some(mine, everyone, reads);
+  std::vector<Blob> all(size());
+  for (std::size_t i = 0; i < reads.size(); ++i) all[reads[i]] = std::move(blobs[i]);
   return all;
 }
 

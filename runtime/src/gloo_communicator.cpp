@@ -84,8 +84,9 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
     auto pairs = device->createContext(rank, size);
     pairs->setTimeout(getTimeout());
     which_ = which;
+    const std::vector<unsigned> peers = peers_of(rank);
     std::vector<std::uint8_t> mine;
-    for (unsigned peer : peers_of(rank)) {
+    for (unsigned peer : peers) {
       const std::vector<char> address = pairs->createPair(static_cast<int>(peer))->address().bytes();
       const auto length = static_cast<std::uint32_t>(address.size());
       const auto* l = reinterpret_cast<const std::uint8_t*>(&length);
@@ -95,10 +96,10 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
     // A full mesh needs every blob: the session's allgather, which past a few ranks goes through
     // the node leaders' bundles (one read per rank), not N - 1 reads each.
     const std::vector<bootstrap::Blob> all =
-        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, peers_of(rank));
+        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, peers);
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
-    for (unsigned peer : peers_of(rank))
+    for (unsigned peer : peers)
       pairs->getPair(static_cast<int>(peer))->connect(address_for_me(all[peer], static_cast<int>(peer)));
     device_ = device;
     transportContext_ = std::move(pairs);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
@@ -53,17 +54,9 @@ class SubSession final : public bootstrap::Session {
   // One fence of the parent where only members put data and read the members' blobs (|members|
   // reads each, not the world's N). Non-members join the fence, read nothing and get empty blobs.
   std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t> mine) override {
-    std::vector<unsigned> ascending = members_;
-    std::sort(ascending.begin(), ascending.end());
-    if (!is_member()) {
-      parent_.join_gather_from(ascending);
-      return std::vector<bootstrap::Blob>(members_.size());
-    }
-    auto blobs = parent_.gather_from(mine, ascending);
-    std::vector<bootstrap::Blob> out(members_.size());
-    for (std::size_t i = 0; i < members_.size(); ++i)
-      out[i] = std::move(blobs[std::lower_bound(ascending.begin(), ascending.end(), members_[i]) - ascending.begin()]);
-    return out;
+    std::vector<unsigned> everyone(members_.size());
+    std::iota(everyone.begin(), everyone.end(), 0u);
+    return allgather_some(mine, everyone);
   }
   // As allgather, but a member reads only the members `reads` (indices in this group, ascending).
   std::vector<bootstrap::Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) override {
@@ -82,8 +75,8 @@ class SubSession final : public bootstrap::Session {
     std::sort(parent_reads.begin(), parent_reads.end());
     auto blobs = parent_.gather_some(mine, ascending, parent_reads);
     std::vector<bootstrap::Blob> out(members_.size());
-    for (std::size_t k = 0; k < parent_reads.size(); ++k)
-      out[std::find(members_.begin(), members_.end(), parent_reads[k]) - members_.begin()] = std::move(blobs[k]);
+    for (unsigned i : reads)
+      out[i] = std::move(blobs[std::lower_bound(parent_reads.begin(), parent_reads.end(), members_[i]) - parent_reads.begin()]);
     return out;
   }
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {

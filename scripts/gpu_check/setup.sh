@@ -250,8 +250,9 @@ configure() {
 # folder. ctest's JSON leaves out the command of a test whose program is not built yet: the names
 # come from it, the commands from the CTestTestfile.cmake files configure wrote.
 gpu_test_targets() {
-  local all found
-  all=$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
+  local listed all found
+  listed=$(ninja -C "$build" -t targets all 2>/dev/null)  # "NAME: RULE" lines
+  all=$(cut -d: -f1 <<<"$listed")
   # Only ninja targets: a test's other words inside the build folder (a --dir) are not programs.
   found=$(ctest --test-dir "$build" -L '^gpu$' --show-only=json-v1 2>/dev/null | python3 -c '
 import glob, json, os, re, sys
@@ -273,7 +274,7 @@ for f in glob.glob(os.path.join(build, "**", "CTestTestfile.cmake"), recursive=T
 print("\n".join(sorted(out)))' "$build" | grep -xF -f <(echo "$all") | paste -sd' ')
   # On the first GPU machine (CMake 4.4.3) this found nothing, and 3 GPU tests ran without their
   # programs: then every program configure made (all of them build in well under a minute there).
-  [[ -n $found ]] || found=$(ninja -C "$build" -t targets all 2>/dev/null | awk -F': ' '$2 ~ /EXECUTABLE_LINKER/ && $1 !~ /\.cmake$/ {print $1}' | paste -sd' ')
+  [[ -n $found ]] || found=$(awk -F': ' '$2 ~ /EXECUTABLE_LINKER/ && $1 !~ /\.cmake$/ {print $1}' <<<"$listed" | paste -sd' ')
   echo "$found"
 }
 
