@@ -125,19 +125,38 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       seq = std::max(seq, rd.last_completed + 1);
     }
   }
+  // With nobody in a numbered collective, a rank whose dump says a collective failed under it (a
+  // peer's connection reset, a peer dead, an abort) was alive in one the recorder does not number
+  // (a trainer's stop agreement between two gradient allreduces): it arrived, like a waiter. The
+  // ranks SIGKILLed there left no dump, and they are the ones to find.
+  // A timeout or abort naming nobody is left out: that is what a rank's own watchdog writes when
+  // it stalled outside any collective.
+  const auto failed_in_unnumbered = [&](const RankData& rd) {
+    if (any_in_flight || rd.in_flight || !rd.failure || rd.last_completed + 1 != seq) return false;
+    const FailureKind k = rd.failure->kind;
+    return k == FailureKind::Transport || k == FailureKind::DeadPeer ||
+           ((k == FailureKind::Timeout || k == FailureKind::Aborted) && !rd.failure->ranks.empty());
+  };
+  const auto waiting_here = [&](const RankData& rd) {
+    return usable_flight(rd) && ((rd.in_flight && *rd.in_flight == seq) || failed_in_unnumbered(rd));
+  };
   // The ranks whose own recorder has them waiting in this collective: they arrived. A peer's
   // failure may still name one: an abort because rank 0 failed when rank 0 gave up waiting for
   // another node, or a timeout on a node whose leader was itself waiting across nodes.
   std::set<unsigned> arrived;
+  bool unnumbered = false;
   for (const auto& rd : run.ranks)
-    if (usable_flight(rd) && rd.in_flight && *rd.in_flight == seq) arrived.insert(rd.rank);
+    if (waiting_here(rd)) {
+      arrived.insert(rd.rank);
+      unnumbered = unnumbered || !rd.in_flight;
+    }
   std::set<unsigned> never;
   // Named though in flight here: used only if nobody else is, timeouts before aborts.
   std::vector<std::pair<bool, RankNode>> named_arrived;  // (from an abort, who)
   bool any_timeout = false;
   for (const auto& rd : run.ranks) {
     if (!usable_flight(rd)) continue;
-    if (rd.in_flight && *rd.in_flight == seq) {
+    if (waiting_here(rd)) {
       v.waited.push_back({rd.rank, rd.node, rd.reason, waited_seconds(rd)});
       any_timeout = any_timeout || (rd.failure && rd.failure->kind == FailureKind::Timeout);
       const bool abort = rd.failure && rd.failure->kind == FailureKind::Aborted;
@@ -194,6 +213,7 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   const bool timed_out = v.waited.empty() || any_timeout;
   v.kind = timed_out ? Kind::Hang : Kind::Failure;
   std::string where = v.collective ? fmt::format("collective #{} {} ({} B)", seq, v.collective->op, v.collective->bytes)
+                     : unnumbered  ? fmt::format("a collective after #{} that the flight recorder does not number", seq - 1)
                      : seq > 0     ? fmt::format("collective #{}", seq)
                                    : fmt::format("step {} (no flight recorder)", newest + 1);
   if (!v.collective && seq > 0) v.collective = OpRecord{seq, "?", 0, 0, std::nullopt};

@@ -147,6 +147,52 @@ TEST_CASE("a rank that arrived late, after the others gave up, is still the one 
   CHECK(v.never_arrived[0].rank == 2);
 }
 
+// What slurm.recovery's run left once (CI of ca8f318): trt-n2's ranks SIGKILLed while every rank was
+// in the trainer's stop agreement, a collective between two gradient allreduces that the recorder
+// does not number. The survivors' dumps stop after #42, as the killed ranks' metrics do; the
+// survivors are the ones that arrived (their collective failed under them), the silent ones the
+// culprits. Taking the survivors for laggards named the wrong node.
+TEST_CASE("ranks killed in a collective the recorder does not number: the silent ones, not the survivors") {
+  RunDir d;
+  for (unsigned r = 0; r < 4; ++r) {
+    std::string m = metrics(r, r < 2 ? "trt-n1" : "trt-n2", 4, 41, 0.01, 0.002, false);
+    const std::string key = fmt::format(R"("rank":{}}})", r);
+    m.replace(m.find(key), key.size(), fmt::format(R"("rank":{},"local_rank":{}}})", r, r % 2));
+    d.write(fmt::format("metrics_rank{}.jsonl", r), m);
+  }
+  const auto with_failure = [](std::string dump, const char* kind, const char* ranks) {
+    const std::string key = R"("last_completed")";
+    return dump.replace(dump.find(key), key.size(), fmt::format(R"("failure":"{}","failure_ranks":[{}],{})", kind, ranks, key));
+  };
+  d.write("flight_rank0.json",
+          with_failure(flight(0, 42, std::nullopt,
+                              "step 42: gloo: rank 0: [./gloo/transport/tcp/pair.cc:589] Read error [10.77.0.12]:19127: "
+                              "Connection reset by peer"),
+                       "transport", ""));
+  d.write("flight_rank1.json",
+          with_failure(flight(1, 42, std::nullopt, "step 42: shm: rank 1: broadcast #254 (stage) aborted because rank 0 failed"),
+                       "aborted", "0"));
+  SECTION("both survivors dumped") {}
+  SECTION("a dump without a collective failure still lags: rank 1 stuck in compute") {
+    d.write("flight_rank1.json",
+            with_failure(flight(1, 42, std::nullopt, "watchdog: no step progress for 5.1 s (timeout 5000 ms)"), "timeout", ""));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    REQUIRE(v.never_arrived.size() == 1);
+    CHECK(v.never_arrived[0].rank == 1);
+    return;
+  }
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Failure);
+  CHECK(v.summary.find("after #42 that the flight recorder does not number") != std::string::npos);
+  REQUIRE(v.never_arrived.size() == 2);
+  CHECK(v.never_arrived[0].rank == 2);
+  CHECK(v.never_arrived[1].rank == 3);
+  CHECK(v.waited.size() == 2);
+  CHECK(v.culprit_nodes == std::vector<std::string>{"trt-n2"});
+}
+
 TEST_CASE("mismatched ops across ranks: the first differing sequence number, every variant") {
   RunDir d;
   healthy_world(d, 2, 5);
