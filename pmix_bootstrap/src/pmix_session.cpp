@@ -224,9 +224,16 @@ class PmixSession final : public Session {
     fence(true, next_key());  // the same key sequence as the sources' gather_from
   }
 
+  // A fence with data, never one without: Slurm's PMIx plugin carries a fence without data on its
+  // tree, and since Slurm 20.11 that tree is every node on its own when the step has fewer nodes
+  // than TreeWidth (reverse_tree_info gives each node no parent and no child): the fence returns
+  // on each node as soon as that node's ranks arrive. A fence with data takes Slurm's ring, which
+  // every node of the step joins. The byte put makes the data Slurm looks at non-empty.
   void barrier() override {
     std::lock_guard lock(mutex_);
-    fence(false, "barrier");
+    const std::uint8_t arrived = 1;
+    put("trainrt.barrier", std::span<const std::uint8_t>(&arrived, 1));
+    fence(true, "barrier");
   }
 
   void publish(const std::string& key, std::span<const std::uint8_t> data) override {

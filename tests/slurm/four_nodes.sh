@@ -39,7 +39,7 @@ else fail "4-node start-up and host backend (srun rc=$rc, nodes $nodes)" "$(grep
 # ---------------------------------------------------------------- the bootstrap's collectives and node map
 out=$(crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$build/tests/bootstrap/session_mp" 2>&1); rc=$?
 if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1|2,3|4,5|6,7\]$' <<<"$out") -eq 8 ]]; then
-  pass "across 4 nodes: allgather, gather to every root, gather_from, broadcast; every rank sees nodes [0,1|2,3|4,5|6,7]"
+  pass "across 4 nodes: allgather, gather to every root, gather_from, broadcast, a barrier that holds every node until a late rank arrives (Slurm default TreeWidth 50 > 4 nodes); every rank sees nodes [0,1|2,3|4,5|6,7]"
 else fail "4-node bootstrap collectives (srun rc=$rc)" "$(tail -8 <<<"$out")"; fi
 # 20 ranks (overcommitted: a node has 2 cores): past 16 an allgather is a gather through the node
 # leaders plus one broadcast.
