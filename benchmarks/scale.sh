@@ -17,6 +17,13 @@
 # Usage: benchmarks/scale.sh [--plan default|quick|model|FILE] [--reps R] [--out DIR] [--build DIR]
 #                            [--torch-max N] [--torch-python PY] [--baseline-lib DIR]
 #                            [--baseline-max N] [--step-timeout S] [--budget S]
+#                            [--tree-width step|slurm|W] [--data-fence ring|tree]
+# --tree-width: Slurm's TreeWidth for each step. step (default): min(16, the step's nodes), so a
+#   fence without data crosses every node as a 16-wide tree would; slurm: the cluster's default
+#   (50 in Slurm 22.05), under which a step of fewer nodes gets a tree of each node alone and its
+#   fence without data synchronises nothing across nodes (docs/scale.md "Slurm's tree"); W: fixed.
+# --data-fence tree: fences with data take Slurm's tree too (SLURM_PMIX_FENCE=tree in the steps'
+#   environment), not its ring (the default); needs a TreeWidth no larger than the step's nodes.
 # A plan FILE holds "ranks nodes delay_us [reps]" lines (reps: default --reps). The default plan is
 # what docs/scale.md reports (see the plan below). Run as root after building (ninja scale_bench
 # link_delay). Memory: ~2.2 MB per trainrt rank, ~90 MB per torch rank (docs/scale.md).
@@ -24,6 +31,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${TRAINRT_BUILD_DIR:-$repo/build}
 plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline_max=512 step_timeout=300 budget=1500
+tree_width=step data_fence=ring
 die() { echo "scale: error: $*" >&2; exit 1; }
 while (($#)); do
   case $1 in
@@ -37,6 +45,8 @@ while (($#)); do
     --baseline-max) baseline_max=$2; shift 2 ;;
     --step-timeout) step_timeout=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
+    --tree-width) tree_width=$2; shift 2 ;;
+    --data-fence) data_fence=$2; shift 2 ;;
     *) die "unknown argument '$1' (see the header of $0)" ;;
   esac
 done
@@ -44,6 +54,9 @@ for v in reps torch_max baseline_max step_timeout budget; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} '${!v}' is not a whole number"
 done
 ((reps >= 1)) || die "--reps must be at least 1"
+[[ $tree_width == step || $tree_width == slurm || ($tree_width =~ ^[0-9]{1,5}$ && $tree_width -ge 2) ]] ||
+  die "--tree-width '$tree_width': step, slurm or a whole number of at least 2"
+[[ $data_fence == ring || $data_fence == tree ]] || die "--data-fence '$data_fence': ring or tree"
 [[ $(id -u) -eq 0 ]] || die "the local cluster needs root"
 build=$(cd "$build" && pwd)
 bench=$build/benchmarks/scale_bench
@@ -119,14 +132,20 @@ wait_idle() {  # wait_idle NODELIST
   echo "scale: nodes $1 still busy after 600 s" >&2
 }
 {
-  echo "# $(date -Is) $(uname -r) $(nproc) cores $(free -g | awk '/Mem:/ {print $2}') GiB; plan $plan, reps $reps; torch $torch_version ($torch_python); uptime: $(uptime)"
+  echo "# $(date -Is) $(uname -r) $(nproc) cores $(free -g | awk '/Mem:/ {print $2}') GiB; plan $plan, reps $reps; tree width $tree_width, data fence $data_fence; torch $torch_version ($torch_python); uptime: $(uptime)"
   printf 'point\tranks\tnodes\tdelay_us\trtt_us\trep\tmode\tfigure\tms\tsrun_s\tload_before\tload_after\n'
 } > "$out/raw.tsv"
-start=$SECONDS delay_now=0 port=29600
+start=$SECONDS delay_now=0 port=29600 width_now=slurm
 for p in "${points[@]}"; do
   read -r r n d k <<<"$p"
   if ((SECONDS - start > budget)); then echo "scale: budget of $budget s spent; left out: $p" | tee -a "$out/skipped.txt"; continue; fi
   if ((d != delay_now)); then bash "$cluster" delay "$d" 2>>"$out/cluster.log"; delay_now=$d; fi
+  width=$tree_width
+  [[ $width != step ]] || { width=$((n < 16 ? n : 16)); ((width >= 2)) || width=$width_now; }
+  if [[ $width != slurm && $width != "$width_now" ]]; then
+    bash "$cluster" tree-width "$width" 2>>"$out/cluster.log" || die "TreeWidth=$width was not taken (cluster.log)"
+    width_now=$width
+  fi
   rtt=$(timeout 30 python3 "$rtt_py" tsc-n1 tsc-n2 2>/dev/null || echo NA)
   nodelist="tsc-n[1-$n]"; ((n > 1)) || nodelist=tsc-n1
   modes=(floor init)
@@ -140,6 +159,7 @@ for p in "${points[@]}"; do
     for mode in "${modes[@]}"; do
       port=$((port + 1))
       env=(ALL NCCL_SOCKET_IFNAME=eth0 GLOO_SOCKET_IFNAME=eth0 TRAINRT_IFNAME=eth0 MASTER_ADDR=tsc-n1 MASTER_PORT=$port)
+      [[ $data_fence == ring ]] || env+=(SLURM_PMIX_FENCE=tree)
       cmd=("$bench" "$mode" --reps 3)
       [[ $mode != torch ]] || cmd=("$torch_python" "$torch_py")
       if [[ $mode == base ]]; then

@@ -6,6 +6,7 @@
 #   cluster.sh stop
 #   cluster.sh env        # prints `export SLURM_CONF=...` for clients
 #   cluster.sh delay US   # every node's link delays what it sends by US microseconds (0: none)
+#   cluster.sh tree-width N  # Slurm's TreeWidth (default 50 in Slurm 22.05), controller and slurmds
 #   cluster.sh run CMD... # runs a client command (srun, sbatch, ...) where the controller is
 #
 # --build DIR: the build folder whose plugin and trainrt-topo the cluster uses (default
@@ -128,6 +129,25 @@ cmd_delay() {  # cmd_delay US
   kill -0 "$(cat "$dir/link_delay.pid")" 2>/dev/null || die "delay: link_delay did not start: $(tail -1 "$dir/link_delay.log")"
   for ns in "${nss[@]}"; do delay_rule -A "$ns" || die "delay: iptables could not add the queue rule in $ns"; done
   log "every node delays what it sends on eth0 by $us us (link_delay pid $(cat "$dir/link_delay.pid"))"
+}
+
+# Slurm's PMIx plugin carries a fence without data on its tree of TreeWidth, and since Slurm 20.11
+# that tree is each node alone when a step has fewer nodes than TreeWidth (reverse_tree_info's
+# shortcut): such a fence synchronises nothing across nodes (docs/scale.md "Slurm's tree").
+# benchmarks/scale.sh sets min(16, the step's nodes) before each step, so its bare fence crosses
+# every node the way a 16-wide tree would.
+cmd_tree_width() {  # cmd_tree_width N
+  local w=${1:-} i
+  [[ $w =~ ^[0-9]{1,5}$ ]] && ((w >= 2)) || die "tree-width: '$w' is not a whole number of at least 2"
+  [[ -f $conf ]] || die "tree-width: no cluster in $dir"
+  if grep -q '^TreeWidth=' "$conf"; then sed -i "s/^TreeWidth=.*/TreeWidth=$w/" "$conf"; else echo "TreeWidth=$w" >> "$conf"; fi
+  (cmd_run scontrol reconfigure) >/dev/null || die "tree-width: scontrol reconfigure failed"
+  for ((i = 0; i < 50; i++)); do
+    # The slurmds read the file on the controller's word: a moment for them too.
+    [[ $( (cmd_run scontrol show config) 2>/dev/null | sed -n 's/^TreeWidth *= *//p') == "$w" ]] && { sleep 1; log "TreeWidth=$w"; return 0; }
+    sleep 0.2
+  done
+  die "tree-width: the controller does not report TreeWidth=$w after 10 s"
 }
 
 # One bridge in the controller's namespace, one veth per node namespace.
@@ -344,5 +364,6 @@ case ${1:-} in
   env) echo "export SLURM_CONF=$conf" ;;
   run) shift; cmd_run "$@" ;;
   delay) shift; cmd_delay "$@" ;;
-  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--cpus C] [--build DIR] [--plugin SO] [--plugin-args ARGS] [--task-plugin none|affinity] [--system-plugstack] | stop | env | delay US | run CMD..." ;;
+  tree-width) shift; cmd_tree_width "$@" ;;
+  *) die "usage: $0 start [--mode live|xml] [--xml FILE] [--nodes N] [--cpus C] [--build DIR] [--plugin SO] [--plugin-args ARGS] [--task-plugin none|affinity] [--system-plugstack] | stop | env | delay US | tree-width N | run CMD..." ;;
 esac
