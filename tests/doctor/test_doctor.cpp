@@ -19,6 +19,17 @@ void healthy_world(const RunDir& d, unsigned world, unsigned steps = 20) {
     d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, r < world / 2 ? "nodeA" : "nodeB", world, steps, 0.010, 0.002));
 }
 
+// Two nodes of two ranks each (ranks 0-1 on the first), each start event naming the rank's local
+// rank as a multi-node run's do; the metrics stop without an end event after `steps` steps.
+void two_nodes_of_two(const RunDir& d, const std::string& first, const std::string& second, unsigned steps) {
+  for (unsigned r = 0; r < 4; ++r) {
+    std::string m = metrics(r, r < 2 ? first : second, 4, steps, 0.01, 0.002, false);
+    const std::string key = fmt::format(R"("rank":{}}})", r);
+    m.replace(m.find(key), key.size(), fmt::format(R"("rank":{},"local_rank":{}}})", r, r % 2));
+    d.write(fmt::format("metrics_rank{}.jsonl", r), m);
+  }
+}
+
 bool has_note(const Verdict& v, const std::string& part) {
   for (const auto& n : v.notes)
     if (n.find(part) != std::string::npos) return true;
@@ -110,12 +121,7 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
 // failed" names its own leader, which was itself waiting (across nodes) and is no culprit.
 TEST_CASE("two nodes (shm inside, Gloo between): local rank names mapped, a waiter named by a cascade is no culprit") {
   RunDir d;
-  for (unsigned r = 0; r < 4; ++r) {
-    std::string m = metrics(r, r < 2 ? "n1" : "n2", 4, 7, 0.01, 0.002, false);
-    const std::string key = fmt::format(R"("rank":{}}})", r);
-    m.replace(m.find(key), key.size(), fmt::format(R"("rank":{},"local_rank":{}}})", r, r % 2));
-    d.write(fmt::format("metrics_rank{}.jsonl", r), m);
-  }
+  two_nodes_of_two(d, "n1", "n2", 7);
   d.write("flight_rank0.json",
           flight(0, 7, 8, "step 8: gloo: rank 0: [tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv operation to complete"));
   d.write("flight_rank1.json", flight(1, 7, 8, "step 8: shm: rank 1: broadcast #60 (stage) aborted because rank 0 failed"));
@@ -154,12 +160,7 @@ TEST_CASE("a rank that arrived late, after the others gave up, is still the one 
 // culprits. Taking the survivors for laggards named the wrong node.
 TEST_CASE("ranks killed in a collective the recorder does not number: the silent ones, not the survivors") {
   RunDir d;
-  for (unsigned r = 0; r < 4; ++r) {
-    std::string m = metrics(r, r < 2 ? "trt-n1" : "trt-n2", 4, 41, 0.01, 0.002, false);
-    const std::string key = fmt::format(R"("rank":{}}})", r);
-    m.replace(m.find(key), key.size(), fmt::format(R"("rank":{},"local_rank":{}}})", r, r % 2));
-    d.write(fmt::format("metrics_rank{}.jsonl", r), m);
-  }
+  two_nodes_of_two(d, "trt-n1", "trt-n2", 41);
   const auto with_failure = [](std::string dump, const char* kind, const char* ranks) {
     const std::string key = R"("last_completed")";
     return dump.replace(dump.find(key), key.size(), fmt::format(R"("failure":"{}","failure_ranks":[{}],{})", kind, ranks, key));
