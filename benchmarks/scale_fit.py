@@ -6,7 +6,9 @@ Every figure is a sum of terms whose cause is known (docs/scale.md "The model"):
   ranks       N: every rank's own CPU work; on this machine all N ranks share its cores, so it
               grows with N here, and with ranks per node on a real cluster
   nodes       n: one slurmstepd + PMIx server per node, here again sharing the same cores
-  tree_rtt    levels(n) x round trip: a data-free fence climbs Slurm's tree (TreeWidth 16)
+  tree_rtt    levels(n) x round trip: a data-free fence climbs Slurm's tree (TreeWidth 16; data
+              measured before 2026-11-26 15:00 had TreeWidth 50, a tree of each node alone: its
+              data-free fences crossed no node, docs/scale.md "Slurm's tree")
   ring_rtt    n x round trip: a fence with data goes around a ring of nodes, one hop per node
 Coefficients are fitted with relative weights (the error that matters is a ratio) and kept
 non-negative (a term with a negative fit is dropped and the rest refitted: a cost cannot be < 0).
@@ -15,7 +17,7 @@ Standard library only: the solver is a few lines of Gaussian elimination on the 
 import math
 import statistics
 
-TREE_WIDTH = 16  # Slurm's default TreeWidth; its PMIx plugin's data-free fence follows the same tree
+TREE_WIDTH = 16  # Slurm's default from 23.11 (scale.sh sets min(16, nodes) per step); the data-free fence climbs it
 
 # figure -> terms. Which terms each step has is a statement about its design, tested by the fit.
 MODELS = {
