@@ -66,12 +66,16 @@ jobid=$(sbatch --parsable -n 4 -O --train-runtime=policy=numa -o "$work/sbatch.o
 for _ in $(seq 1 300); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.1; done
 out=$(cat "$work/sbatch.out" 2>/dev/null)
 # Step 60's commit needs rank 2's shard status, and rank 2 dies 4 short steps (~1 ms) later: the
-# rerun resumes at 60, or at 50 when the kill won that race (seen once in CI). Either is correct.
-resumed=$(grep -oE "restored step (50|60) " <<<"$out" | head -1)
+# rerun resumes at 60, or at 50 when the kill won that race (seen once in CI); under load a save due
+# while the previous one still persists is deferred to the first step with none in flight (46 in
+# CI under a parallel build). Any committed step before the kill is correct, the final params say.
+resumed=$(grep -oE "restored step [0-9]+ " <<<"$out" | head -1)
+step=${resumed//[^0-9]/}
+[[ -n $step ]] && ((step >= 1 && step <= 64)) || resumed=
 if grep -q "step failed (exit" <<<"$out" && grep -q "training finished" <<<"$out" && [[ -n $resumed ]] &&
    [[ $(final <<<"$out") == "$ref" ]]; then
   pass "train.sbatch: a rank killed at step 64, the template reran the step, it ${resumed% } and matched bitwise"
-else fail "train.sbatch rerun (want: step failed, restored step 50 or 60, training finished, final $ref)" \
+else fail "train.sbatch rerun (want: step failed, restored a step from 1 to 64, training finished, final $ref)" \
   "$(grep -E 'step failed|restored|skipped|FINAL|training finished|error|rerun' <<<"$out" | head -20)"; fi
 
 # --signal=B:USR1 before the time limit: the template forwards it, the ranks commit a final
