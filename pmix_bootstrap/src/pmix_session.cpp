@@ -218,37 +218,6 @@ class PmixSession final : public Session {
     return out;
   }
 
-  // The sources put, everyone meets in a fence without data, then each rank asks for its reads.
-  // That fence holds nobody where Slurm's tree is each node alone (docs/scale.md "Slurm's tree"):
-  // a source may not have put yet, and its node answers NOT-FOUND, so each read polls.
-  std::vector<Blob> gather_some_direct(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
-                                       const std::vector<unsigned>& reads) override {
-    check_reads(sources, reads, size_);
-    std::lock_guard lock(mutex_);
-    const std::string key = next_key();
-    if (std::binary_search(sources.begin(), sources.end(), me_.rank)) put(key, mine);
-    fence(false, key);
-    std::vector<Blob> out;
-    for (unsigned r : reads)
-      out.push_back(r == me_.rank ? Blob(mine.begin(), mine.end())
-                                  : poll_key(r, key, true, std::chrono::microseconds(200), std::chrono::microseconds(20000),
-                                             [&](pmix_status_t rc) {
-                                               return fmt::format("rank {} could not read '{}' of rank {}: {}", me_.rank, key,
-                                                                  r, status(rc));
-                                             },
-                                             [&] {
-                                               return fmt::format("rank {} never delivered '{}' to rank {} (waited {} s)", r,
-                                                                  key, me_.rank, timeout_);
-                                             }));
-    return out;
-  }
-
-  void join_gather_some_direct(const std::vector<unsigned>& sources) override {
-    check_joiner(sources, size_, me_.rank);
-    std::lock_guard lock(mutex_);
-    fence(false, next_key());  // the same key sequence as the sources' gather_some_direct
-  }
-
   void join_gather_from(const std::vector<unsigned>& sources) override {
     check_joiner(sources, size_, me_.rank);
     std::lock_guard lock(mutex_);

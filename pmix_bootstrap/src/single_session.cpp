@@ -82,23 +82,6 @@ std::vector<Blob> Session::allgather_some(std::span<const std::uint8_t> mine, co
   return all;
 }
 
-std::vector<Blob> Session::gather_some_direct(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
-                                              const std::vector<unsigned>& reads) {
-  return gather_some(mine, sources, reads);
-}
-
-void Session::join_gather_some_direct(const std::vector<unsigned>& sources) { join_gather_from(sources); }
-
-// Every rank a source, read directly: allgather_some's layout over gather_some_direct.
-std::vector<Blob> Session::allgather_some_direct(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) {
-  std::vector<unsigned> everyone(size());
-  std::iota(everyone.begin(), everyone.end(), 0u);
-  auto blobs = gather_some_direct(mine, everyone, reads);
-  std::vector<Blob> all(size());
-  for (std::size_t i = 0; i < reads.size(); ++i) all[reads[i]] = std::move(blobs[i]);
-  return all;
-}
-
 void check_reads(const std::vector<unsigned>& sources, const std::vector<unsigned>& reads, unsigned size) {
   check_sources(sources, size);
   for (std::size_t i = 0; i < reads.size(); ++i)

@@ -94,10 +94,9 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
       mine.insert(mine.end(), address.begin(), address.end());
     }
     // A full mesh needs every blob: the session's allgather, which past a few ranks goes through
-    // the node leaders' bundles (one read per rank), not N - 1 reads each. The 2 log2(n) peers of
-    // a sparse group are read directly after a fence without data (no ring carrying every blob).
+    // the node leaders' bundles (one read per rank), not N - 1 reads each.
     const std::vector<bootstrap::Blob> all =
-        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some_direct(mine, peers);
+        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, peers);
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
     for (unsigned peer : peers)

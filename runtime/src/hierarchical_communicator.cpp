@@ -64,16 +64,15 @@ class HierarchicalCommunicator final : public HostCommunicator {
     local_ = make_shm_communicator(*local_session_, options);
     static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
     id_ = instances++;
-    // The leaders run only ring, dissemination and binomial-tree collectives (alltoallv and
-    // reduce_scatter go to all()), so each connects to the leaders at distance 2^k: O(log nodes)
-    // sockets and addresses, not O(nodes). The leaders put their addresses, every rank of the world
-    // (member or not) meets in one fence without data, and each leader then reads its peers'
-    // addresses from their nodes: 2 log2(n) requests, no fence carrying every leader's blob.
+    // The leaders' addresses go round in one fence of the world that every rank joins (members or
+    // not), not in a direct-modex lookup per leader pair. The leaders run only ring, dissemination
+    // and binomial-tree collectives (alltoallv and reduce_scatter go to all()), so each connects to
+    // the leaders at distance 2^k: O(log nodes) sockets and addresses, not O(nodes).
     if (leader_session_->is_member())
       leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id_),
                                         GlooRendezvous::Exchange, GlooPeers::PowersOfTwo);
     else
-      leader_session_->allgather_some_direct({}, {});
+      leader_session_->allgather({});
   }
   ~HierarchicalCommunicator() override { stop_progress(); }
 

@@ -60,22 +60,10 @@ class SubSession final : public bootstrap::Session {
   }
   // As allgather, but a member reads only the members `reads` (indices in this group, ascending).
   std::vector<bootstrap::Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads) override {
-    return gather_members(mine, reads, false);
-  }
-  // As allgather_some through the parent's direct reads (a fence without data, then |reads|
-  // requests): every rank of the parent, member or not, must call it for the same collective.
-  std::vector<bootstrap::Blob> allgather_some_direct(std::span<const std::uint8_t> mine,
-                                                     const std::vector<unsigned>& reads) override {
-    return gather_members(mine, reads, true);
-  }
-
- private:
-  std::vector<bootstrap::Blob> gather_members(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads, bool direct) {
     std::vector<unsigned> ascending = members_;
     std::sort(ascending.begin(), ascending.end());
     if (!is_member()) {
-      if (direct) parent_.join_gather_some_direct(ascending);
-      else parent_.join_gather_from(ascending);
+      parent_.join_gather_from(ascending);
       return std::vector<bootstrap::Blob>(members_.size());
     }
     std::vector<unsigned> parent_reads;
@@ -85,14 +73,12 @@ class SubSession final : public bootstrap::Session {
       parent_reads.push_back(members_[i]);
     }
     std::sort(parent_reads.begin(), parent_reads.end());
-    auto blobs = direct ? parent_.gather_some_direct(mine, ascending, parent_reads) : parent_.gather_some(mine, ascending, parent_reads);
+    auto blobs = parent_.gather_some(mine, ascending, parent_reads);
     std::vector<bootstrap::Blob> out(members_.size());
     for (unsigned i : reads)
       out[i] = std::move(blobs[std::lower_bound(parent_reads.begin(), parent_reads.end(), members_[i]) - parent_reads.begin()]);
     return out;
   }
-
- public:
   bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned root) override {
     if (root >= members_.size())
       throw UsageError(fmt::format("broadcast root {} outside a group of {}", root, members_.size()), "bootstrap");

@@ -130,24 +130,6 @@ int main() {
     check(gets(c7) - gets(c6) <= nbrs.size() && gets(c7) - gets(c6) + own >= nbrs.size() &&
               c7.fences_with_data == c6.fences_with_data + 1,
           fmt::format("allgather_some read {} blobs for {} wanted", gets(c7) - gets(c6), nbrs.size()));
-    // The same through a fence without data and direct reads. The last rank puts late: the fence
-    // may hold nobody (Slurm's tree of each node alone, docs/scale.md), and the reads still wait.
-    // Odd ranks that are no source join without reading.
-    const auto c8 = s->counts();
-    if (me == n - 1 && n > 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    if (!source && me % 2 == 1) {
-      s->join_gather_some_direct(first_last);
-      const auto c9 = s->counts();
-      check(gets(c9) == gets(c8) && c9.puts == c8.puts && c9.fences == c8.fences + 1 && c9.fences_with_data == c8.fences_with_data,
-            "join_gather_some_direct read, put or fenced with data");
-    } else {
-      const auto got = s->gather_some_direct(blob_of(me, 96), first_last, first_last);
-      const auto c9 = s->counts();
-      check(got.size() == first_last.size() && got.front() == blob_of(0, 96) && got.back() == blob_of(n - 1, 96),
-            "gather_some_direct: the sources' blobs");
-      check(c9.fences == c8.fences + 1 && c9.fences_with_data == c8.fences_with_data && c9.puts == c8.puts + (source ? 1 : 0),
-            "gather_some_direct was not one put (by a source) and one fence without data");
-    }
     try {
       s->gather_some(blob_of(me, 95), first_last, {n > 2 ? 1u : n});
       check(false, "gather_some reading a rank that is not a source was accepted");

@@ -73,16 +73,6 @@ class Session {
   // allgather where this rank needs only the blobs of `reads` (ascending ranks; the lists may
   // differ from rank to rank). Indexed by rank, as allgather; the blobs not read stay empty.
   virtual std::vector<Blob> allgather_some(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads);
-  // gather_some / join_gather_from / allgather_some through a fence without data: each rank then
-  // fetches its `reads` from their owners' nodes (PMIx direct modex), polling until each is there.
-  // For collectives where every rank reads a few blobs: under Slurm a fence with data goes round a
-  // ring of the nodes carrying every source's blob; one without data climbs a tree, and the reads
-  // go to O(reads) nodes. It must not be mixed with the fenced kind in one collective: every rank
-  // of it calls a _direct member. A session without direct reads does the fenced kind.
-  virtual std::vector<Blob> gather_some_direct(std::span<const std::uint8_t> mine, const std::vector<unsigned>& sources,
-                                               const std::vector<unsigned>& reads);
-  virtual void join_gather_some_direct(const std::vector<unsigned>& sources);
-  virtual std::vector<Blob> allgather_some_direct(std::span<const std::uint8_t> mine, const std::vector<unsigned>& reads);
   virtual void barrier() = 0;
 
   // Point-to-point key-value exchange without a collective: `publish` makes a blob visible under
