@@ -142,6 +142,9 @@ for p in "${points[@]}"; do
   if ((d != delay_now)); then bash "$cluster" delay "$d" 2>>"$out/cluster.log"; delay_now=$d; fi
   width=$tree_width
   [[ $width != step ]] || { width=$((n < 16 ? n : 16)); ((width >= 2)) || width=$width_now; }
+  if [[ $data_fence == tree ]] && ((n > 1)) && [[ $width == slurm || $width -gt $n ]]; then
+    die "point '$p': --data-fence tree with TreeWidth ${width/slurm/of the cluster (50)} above $n nodes: Slurm's tree would be each node alone (docs/scale.md)"
+  fi
   if [[ $width != slurm && $width != "$width_now" ]]; then
     bash "$cluster" tree-width "$width" 2>>"$out/cluster.log" || die "TreeWidth=$width was not taken (cluster.log)"
     width_now=$width

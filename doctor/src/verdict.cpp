@@ -216,7 +216,8 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
                      : unnumbered  ? fmt::format("a collective after #{} that the flight recorder does not number", seq - 1)
                      : seq > 0     ? fmt::format("collective #{}", seq)
                                    : fmt::format("step {} (no flight recorder)", newest + 1);
-  if (!v.collective && seq > 0) v.collective = OpRecord{seq, "?", 0, 0, std::nullopt};
+  // No made-up "#seq ?" beside a summary that says the collective had no number.
+  if (!v.collective && seq > 0 && !unnumbered) v.collective = OpRecord{seq, "?", 0, 0, std::nullopt};
   v.summary = fmt::format("{} at {}: never arrived: {}; waited: {}", timed_out ? "hang" : "peer failure", where,
                           v.never_arrived.empty() ? std::string("none found") : rank_list(v.never_arrived),
                           v.waited.empty() ? std::string("none recorded") : rank_list(v.waited));

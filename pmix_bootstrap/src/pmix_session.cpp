@@ -228,7 +228,8 @@ class PmixSession final : public Session {
   // tree, and since Slurm 20.11 that tree is every node on its own when the step has fewer nodes
   // than TreeWidth (reverse_tree_info gives each node no parent and no child): the fence returns
   // on each node as soon as that node's ranks arrive. A fence with data takes Slurm's ring, which
-  // every node of the step joins. The byte put makes the data Slurm looks at non-empty.
+  // every node of the step joins (session_mp's late-rank check on 4 nodes guards this). The byte
+  // put gives the fence data of this rank's own to carry.
   void barrier() override {
     std::lock_guard lock(mutex_);
     const std::uint8_t arrived = 1;
