@@ -18,7 +18,7 @@ namespace {
 constexpr std::size_t kMaxString = 1024;
 
 enum MetricKey : std::size_t { kEvent, kWorld, kWall, kNode, kLocalRank, kRank, kStep, kStepS, kAllreduceS };
-enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode, kFailure, kWaitedS };
+enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode, kFailure, kWaitedS, kUnnumbered };
 enum OpKey : std::size_t { kSeq, kOp, kBytes, kStartS, kEndS };
 
 std::string cut(std::optional<std::string> s, std::size_t max) {
@@ -198,7 +198,7 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   }
   // One byte more than the cap: a file that grew past it while being read is caught, not cut.
   ByteSource src(f.fd.get(), 0, r.lim.max_flight_bytes + 1);
-  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node", "failure", "waited_s"}, "ops",
+  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node", "failure", "waited_s", "unnumbered"}, "ops",
                 {"seq", "op", "bytes", "start_s", "end_s"}, r.lim.max_depth, kMaxString);
   j.numbers_key = "failure_ranks";
   std::deque<std::optional<OpRecord>> ops;  // the newest ops_cap elements; nullopt: not a valid op
@@ -236,6 +236,7 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   rd.reason = cut(j.top.str(kReason), kMaxString);
   rd.last_completed = j.top.u64(kLastCompleted).value_or(0);
   rd.in_flight = j.top.u64(kInFlight);
+  if (auto u = j.top.str(kUnnumbered); u && !u->empty()) rd.unnumbered = cut(std::move(u), 256);
   if (auto n = j.top.str(kFNode)) rd.node = cut(std::move(n), 256);
   read_failure(j, name, rd, r);
   rd.flight_mtime = static_cast<double>(f.st.st_mtim.tv_sec) + static_cast<double>(f.st.st_mtim.tv_nsec) * 1e-9;

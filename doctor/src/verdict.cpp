@@ -125,14 +125,18 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       seq = std::max(seq, rd.last_completed + 1);
     }
   }
-  // With nobody in a numbered collective, a rank whose dump says a collective failed under it (a
-  // peer's connection reset, a peer dead, an abort) was alive in one the recorder does not number
-  // (a trainer's stop agreement between two gradient allreduces): it arrived, like a waiter. The
-  // ranks SIGKILLed there left no dump, and they are the ones to find.
-  // A timeout or abort naming nobody is left out: that is what a rank's own watchdog writes when
-  // it stalled outside any collective.
+  // A rank whose dump says it was inside a collective the recorder does not number (a trainer's
+  // stop agreement between two gradient allreduces), right after the last one it completed, was
+  // waiting for a peer there: it arrived, whatever its failure says (a watchdog's timeout names
+  // nobody). Dumps without that field: with nobody in a numbered collective, a rank whose dump
+  // says a collective failed under it (a peer's connection reset, a peer dead, an abort naming
+  // ranks) was alive in such a collective. A timeout or abort naming nobody is left out there:
+  // that is also what a rank's own watchdog writes when it stalled outside any collective. The
+  // ranks SIGKILLed or stalled elsewhere are the ones to find.
   const auto failed_in_unnumbered = [&](const RankData& rd) {
-    if (any_in_flight || rd.in_flight || !rd.failure || rd.last_completed + 1 != seq) return false;
+    if (rd.in_flight || rd.last_completed + 1 != seq) return false;
+    if (rd.unnumbered) return true;
+    if (any_in_flight || !rd.failure) return false;
     const FailureKind k = rd.failure->kind;
     return k == FailureKind::Transport || k == FailureKind::DeadPeer ||
            ((k == FailureKind::Timeout || k == FailureKind::Aborted) && !rd.failure->ranks.empty());
@@ -145,10 +149,12 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   // another node, or a timeout on a node whose leader was itself waiting across nodes.
   std::set<unsigned> arrived;
   bool unnumbered = false;
+  std::string unnumbered_op;  // its name, where a dump gives one
   for (const auto& rd : run.ranks)
     if (waiting_here(rd)) {
       arrived.insert(rd.rank);
-      unnumbered = unnumbered || !rd.in_flight;
+      unnumbered = unnumbered || (!any_in_flight && !rd.in_flight);
+      if (!any_in_flight && rd.unnumbered && unnumbered_op.empty()) unnumbered_op = *rd.unnumbered;
     }
   std::set<unsigned> never;
   // Named though in flight here: used only if nobody else is, timeouts before aborts.
@@ -156,7 +162,7 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
   bool any_timeout = false;
   for (const auto& rd : run.ranks) {
     if (!usable_flight(rd)) continue;
-    if (waiting_here(rd)) {
+    if (arrived.count(rd.rank)) {
       v.waited.push_back({rd.rank, rd.node, rd.reason, waited_seconds(rd)});
       any_timeout = any_timeout || (rd.failure && rd.failure->kind == FailureKind::Timeout);
       const bool abort = rd.failure && rd.failure->kind == FailureKind::Aborted;
@@ -198,22 +204,45 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
     std::set<unsigned> waiting;
     for (const auto& w : v.waited) waiting.insert(w.rank);
     const std::uint64_t world = run.world.value_or(run.ranks.empty() ? 0 : run.ranks.back().rank + 1ull);
+    // A rank whose metrics end with an "end" event finished its run: not a suspect.
+    const auto ended = [&](unsigned r) {
+      auto it = by_rank.find(r);
+      return it != by_rank.end() && it->second->ended;
+    };
     for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank) && v.never_arrived.size() < 4096; ++r)
-      if (!waiting.count(static_cast<unsigned>(r)))
+      if (!waiting.count(static_cast<unsigned>(r)) && !ended(static_cast<unsigned>(r)))
         v.never_arrived.push_back({static_cast<unsigned>(r), node_of(static_cast<unsigned>(r)),
                                    "presumed: no flight recorder while the others waited"});
   }
   // An abort's name of a rank that arrived counts last: below ranks that left no flight recorder
   // while the others waited (a node's processes killed: the rank named lost its peer there).
-  if (v.never_arrived.empty())
+  // When those names cover every node (each node's ranks aborted because their own leader failed
+  // across nodes: a link down leaves both sides so), they single out nothing; excluding every node
+  // would leave no rerun. Then nobody is named, and a note says why.
+  if (v.never_arrived.empty()) {
+    std::set<std::string> all_nodes, named_nodes;
+    for (const auto& rd : run.ranks)
+      if (!rd.node.empty()) all_nodes.insert(rd.node);
+    std::vector<RankNode> named;
     for (auto& [abort, who] : named_arrived)
-      if (abort && never.insert(who.rank).second) v.never_arrived.push_back(std::move(who));
+      if (abort && never.insert(who.rank).second) {
+        named_nodes.insert(who.node);
+        named.push_back(std::move(who));
+      }
+    if (all_nodes.size() > 1 && named_nodes == all_nodes)
+      v.notes.push_back(fmt::format("every rank arrived, and the aborts name a rank on every one of the {} nodes ({}): no "
+                                    "node is singled out",
+                                    all_nodes.size(), rank_list(named)));
+    else
+      v.never_arrived = std::move(named);
+  }
   if (v.waited.empty() && v.never_arrived.empty()) return;
   // A peer that died is a failure, not a hang: the waits ended at once instead of timing out.
   const bool timed_out = v.waited.empty() || any_timeout;
   v.kind = timed_out ? Kind::Hang : Kind::Failure;
   std::string where = v.collective ? fmt::format("collective #{} {} ({} B)", seq, v.collective->op, v.collective->bytes)
-                     : unnumbered  ? fmt::format("a collective after #{} that the flight recorder does not number", seq - 1)
+                     : unnumbered  ? fmt::format("{} after #{} (the flight recorder does not number it)",
+                                                 unnumbered_op.empty() ? std::string("a collective") : unnumbered_op, seq - 1)
                      : seq > 0     ? fmt::format("collective #{}", seq)
                                    : fmt::format("step {} (no flight recorder)", newest + 1);
   // No made-up "#seq ?" beside a summary that says the collective had no number.

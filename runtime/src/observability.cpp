@@ -34,6 +34,16 @@ void FlightRecorder::end(std::uint64_t seq) {
   last_completed_.store(seq);
 }
 
+void FlightRecorder::begin_unnumbered(const std::string& op) {
+  std::lock_guard lock(mutex_);
+  unnumbered_.emplace(op, now());
+}
+
+void FlightRecorder::end_unnumbered() {
+  std::lock_guard lock(mutex_);
+  unnumbered_.reset();
+}
+
 bool FlightRecorder::in_flight(std::uint64_t& seq, std::chrono::duration<double>& age) const {
   std::lock_guard lock(mutex_);
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it)
@@ -49,8 +59,13 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
                           const std::optional<CollectiveFailure>& failure) const {
   nlohmann::json ops = nlohmann::json::array();
   nlohmann::json flight = nullptr;
+  nlohmann::json unnumbered = nullptr, unnumbered_start = nullptr;
   {
     std::lock_guard lock(mutex_);
+    if (unnumbered_) {
+      unnumbered = unnumbered_->first;
+      unnumbered_start = unnumbered_->second;
+    }
     for (const auto& o : ops_) {
       ops.push_back({{"seq", o.seq}, {"op", o.op}, {"bytes", o.bytes}, {"start_s", o.start},
                      {"end_s", o.end < 0 ? nlohmann::json(nullptr) : nlohmann::json(o.end)}});
@@ -64,7 +79,8 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
   nlohmann::json doc = {{"rank", rank}, {"host", std::string(host)}, {"pid", static_cast<long>(::getpid())},
                         {"reason", reason}, {"failure", nullptr}, {"failure_ranks", nlohmann::json::array()},
                         {"waited_s", nullptr}, {"last_completed", last_completed_.load()},
-                        {"in_flight", flight}, {"ops", ops}};
+                        {"in_flight", flight}, {"unnumbered", unnumbered},
+                        {"unnumbered_start_s", unnumbered_start}, {"ops", ops}};
   if (failure) {
     doc["failure"] = to_string(failure->kind);
     doc["failure_ranks"] = failure->ranks;

@@ -59,7 +59,7 @@ void Monitor::record_step(double step_s, double comm_s, double samples_per_s, do
 }
 
 void Monitor::after_step(std::uint64_t step, double compute_s) {
-  if (o_.straggler_every == 0 || step % o_.straggler_every != 0) return;
+  if (!checks_at(step)) return;
   // Compute time, not step time: the fast ranks wait for the slow one inside the allreduce, so
   // whole steps take equally long everywhere (stragglers.hpp).
   const auto times = trainrt::share_step_times(*rt_.host, compute_s);

@@ -29,6 +29,8 @@ class Monitor {
   void record_step(double step_s, double comm_s, double samples_per_s, double busbw_gbs, double stall_s, double persist_s);
   // After step `step`: every --straggler-every steps, the straggler check (collective: every rank
   // calls it after every step) and this node's .prom.
+  // Whether after_step(step) runs the straggler check, a collective of every rank.
+  bool checks_at(std::uint64_t step) const { return o_.straggler_every != 0 && step % o_.straggler_every == 0; }
   void after_step(std::uint64_t step, double compute_s);
   // At the end of the run: the last .prom, with the run's goodput so far.
   void finish(std::uint64_t step);

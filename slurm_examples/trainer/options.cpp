@@ -18,7 +18,7 @@ Fault parse_fault(const std::string& text) {
   const auto step = parts.size() >= 3 ? trainrt::to_number<std::uint64_t>(parts[2]) : std::nullopt;
   try {
     if (rank && step && parts.size() == 3 && parts[0] == "kill") return {"kill", *rank, *step, 0};
-    if (rank && step && parts.size() == 4 && (parts[0] == "stall" || parts[0] == "slow")) {
+    if (rank && step && parts.size() == 4 && (parts[0] == "stall" || parts[0] == "stall-after" || parts[0] == "slow")) {
       const double seconds = std::stod(parts[3]);
       // A delay is finite and under a day: anything else is a typo, not a test.
       if (seconds >= 0 && seconds < 86400) return {parts[0], *rank, *step, seconds};
@@ -26,7 +26,10 @@ Fault parse_fault(const std::string& text) {
   } catch (const std::exception&) {  // std::stod: not a number of seconds
   }
   throw trainrt::Error(
-      fmt::format("'{}' is not kill:RANK:STEP, stall:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS", text), "--fault");
+      fmt::format("'{}' is not kill:RANK:STEP, stall:RANK:STEP:SECONDS, stall-after:RANK:STEP:SECONDS or "
+                  "slow:RANK:STEP:SECONDS",
+                  text),
+      "--fault");
 }
 
 std::optional<int> parse_options(int argc, char** argv, Options& o) {
@@ -64,8 +67,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
                  "at KillWait's SIGKILL; restores and checkpoints, the final one included, are not limited (default 2)")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--fault", fault_text,
-                 "inject a fault (tests): kill:RANK:STEP (SIGKILL) or stall:RANK:STEP:SECONDS (one sleep before the "
-                 "step) in the first attempt only; slow:RANK:STEP:SECONDS adds SECONDS of compute to every step from "
+                 "inject a fault (tests): kill:RANK:STEP (SIGKILL), stall:RANK:STEP:SECONDS (one sleep before the "
+                 "step) or stall-after:RANK:STEP:SECONDS (one sleep after the step's update, so the others wait in "
+                 "the next step's stop agreement) in the first attempt only; slow:RANK:STEP:SECONDS adds SECONDS of compute to every step from "
                  "STEP on, in every attempt (a straggler)");
   app.add_option("--straggler-every", o.straggler_every,
                  "every N steps the ranks share their compute times and rank 0 logs the stragglers (default 50; 0: never)");

@@ -7,7 +7,7 @@
 namespace train_mlp {
 
 struct Fault {
-  std::string kind;  // "kill" or "stall" (first attempt only), "slow" (every step from `step` on, every attempt)
+  std::string kind;  // "kill", "stall" or "stall-after" (first attempt only), "slow" (every step from `step` on, every attempt)
   unsigned rank = 0;
   std::uint64_t step = 0;
   double seconds = 0;
@@ -39,7 +39,7 @@ struct Options {
 // command line: 2, after a message on stderr), nullopt to go on.
 std::optional<int> parse_options(int argc, char** argv, Options& options);
 
-// kill:RANK:STEP, stall:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS; trainrt::Error otherwise.
+// kill:RANK:STEP, stall[-after]:RANK:STEP:SECONDS or slow:RANK:STEP:SECONDS; trainrt::Error otherwise.
 Fault parse_fault(const std::string& text);
 
 }  // namespace train_mlp

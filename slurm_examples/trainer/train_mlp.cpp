@@ -192,6 +192,7 @@ class Trainer {
     average(step, local_loss, shapes.parameter_count() * 4);
     const double comm_s = rep_.trace.now() - t_comm;
     engine_.optimizer_step(o_.lr, step);
+    stall_after_fault(step);
     if (ballast) ballast->step(step);
     done = step;
     const double step_s = rep_.trace.now() - t0;
@@ -204,7 +205,10 @@ class Trainer {
     report_step(step, shapes, step_s, comm_s, stall, persist);
     if (after_first_step) std::exchange(after_first_step, nullptr)();
     rep_.watchdog.guard_termination(true);
-    monitor_.after_step(step, step_s - comm_s);  // every --straggler-every steps, a collective
+    const bool check = monitor_.checks_at(step);  // every --straggler-every steps, a collective
+    if (check) rep_.recorder.begin_unnumbered("allgather(step times)");
+    monitor_.after_step(step, step_s - comm_s);
+    if (check) rep_.recorder.end_unnumbered();
     rep_.watchdog.guard_termination(false);
   }
 
@@ -236,11 +240,15 @@ class Trainer {
     const std::int32_t mine[2] = {should_stop() ? 1 : 0,
                                   pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) != std::future_status::ready};
     std::int32_t any[2] = {0, 0};
+    // Unnumbered, so that collective #N stays step N's gradients; the dump still says a rank
+    // stuck here arrived (a peer that stalled after its update leaves the others waiting here).
+    rep_.recorder.begin_unnumbered("allreduce(stop agreement)");
     try {
       rt_.host->allreduce(mine, any, 2, DType::I32, ReduceOp::Max);
     } catch (const Error& e) {
       die_of_failed_collective(done + 1, "agreeing on stopping", e);
     }
+    rep_.recorder.end_unnumbered();
     checkpoint_busy_ = any[1] != 0;
     const std::int32_t stop_any = any[0];
     if (!stop_any) return;
@@ -254,13 +262,21 @@ class Trainer {
   // Faults fire in the first attempt only, so the rerun that resumes gets past them.
   void inject_fault(std::uint64_t step) {
     const auto& f = o_.fault;
-    if (!f || f->kind == "slow" || !rep_.first_attempt || f->rank != rank_ || f->step != step) return;
+    if (!f || f->kind == "slow" || f->kind == "stall-after" || !rep_.first_attempt || f->rank != rank_ || f->step != step)
+      return;
     if (f->kind == "kill") {
       fmt::print(stderr, "train-mlp: rank {} kills itself at step {} (--fault)\n", rank_, step);
       std::fflush(nullptr);
       ::raise(SIGKILL);
     }
     fmt::print(stderr, "train-mlp: rank {} stalls {} s at step {} (--fault)\n", rank_, f->seconds, step);
+    std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
+  }
+
+  void stall_after_fault(std::uint64_t step) {
+    const auto& f = o_.fault;
+    if (!f || f->kind != "stall-after" || !rep_.first_attempt || f->rank != rank_ || f->step != step) return;
+    fmt::print(stderr, "train-mlp: rank {} stalls {} s after step {}'s update (--fault)\n", rank_, f->seconds, step);
     std::this_thread::sleep_for(std::chrono::duration<double>(f->seconds));
   }
 

@@ -30,6 +30,12 @@ void two_nodes_of_two(const RunDir& d, const std::string& first, const std::stri
   }
 }
 
+// A dump with its failure fields, as FlightRecorder::dump writes them; `extra` goes in as written.
+std::string with_failure(std::string dump, const char* kind, const char* ranks, const std::string& extra = "") {
+  const std::string key = R"("last_completed")";
+  return dump.replace(dump.find(key), key.size(), fmt::format(R"("failure":"{}","failure_ranks":[{}],{}{})", kind, ranks, extra, key));
+}
+
 bool has_note(const Verdict& v, const std::string& part) {
   for (const auto& n : v.notes)
     if (n.find(part) != std::string::npos) return true;
@@ -102,6 +108,16 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
     CHECK(v.never_arrived[0].evidence.find("presumed") != std::string::npos);
     CHECK(v.culprit_nodes == std::vector<std::string>{"n2"});
   }
+  SECTION("a silent rank whose metrics end with its run's end is not presumed") {
+    d.write("metrics_rank2.jsonl", metrics(2, "n2", 3, 6, 0.01, 0.002, true));
+    d.write("flight_rank0.json", flight(0, 6, 7, "step 7: lost connection"));
+    d.write("flight_rank1.json", flight(1, 6, 7, "step 7: lost connection"));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    CHECK(v.never_arrived.empty());
+    CHECK(v.culprit_nodes.empty());
+    CHECK(v.waited.size() == 2);
+  }
   SECTION("a dead rank named by its peers") {
     d.write("flight_rank0.json", flight(0, 6, 7, "step 7: shm: rank 0: allreduce #7 (arrive): rank 1 (pid 4242) died"));
     d.write("flight_rank2.json", flight(2, 6, 7, "step 7: shm: rank 2: allreduce #7 (arrive) aborted because rank 1 failed"));
@@ -161,10 +177,6 @@ TEST_CASE("a rank that arrived late, after the others gave up, is still the one 
 TEST_CASE("ranks killed in a collective the recorder does not number: the silent ones, not the survivors") {
   RunDir d;
   two_nodes_of_two(d, "trt-n1", "trt-n2", 41);
-  const auto with_failure = [](std::string dump, const char* kind, const char* ranks) {
-    const std::string key = R"("last_completed")";
-    return dump.replace(dump.find(key), key.size(), fmt::format(R"("failure":"{}","failure_ranks":[{}],{})", kind, ranks, key));
-  };
   d.write("flight_rank0.json",
           with_failure(flight(0, 42, std::nullopt,
                               "step 42: gloo: rank 0: [./gloo/transport/tcp/pair.cc:589] Read error [10.77.0.12]:19127: "
@@ -186,12 +198,84 @@ TEST_CASE("ranks killed in a collective the recorder does not number: the silent
   const Verdict v = diagnose(d.path);
   INFO(format_text(v));
   REQUIRE(v.kind == Kind::Failure);
-  CHECK(v.summary.find("after #42 that the flight recorder does not number") != std::string::npos);
+  CHECK(v.summary.find("a collective after #42 (the flight recorder does not number it)") != std::string::npos);
   REQUIRE(v.never_arrived.size() == 2);
   CHECK(v.never_arrived[0].rank == 2);
   CHECK(v.never_arrived[1].rank == 3);
   CHECK(v.waited.size() == 2);
   CHECK(v.culprit_nodes == std::vector<std::string>{"trt-n2"});
+}
+
+// A dump written inside an unnumbered collective says so ("unnumbered"): a watchdog timeout there
+// names nobody, yet the rank was waiting for a peer. Rank 2 stalled after step 42's update (no
+// "unnumbered": it was in its own code), the others waited in step 43's stop agreement.
+TEST_CASE("a rank stalled between collectives: the others' watchdog dumps inside the stop agreement do not lag") {
+  RunDir d;
+  two_nodes_of_two(d, "trt-n1", "trt-n2", 42);
+  const auto watchdog = [](unsigned rank, bool inside) {
+    return with_failure(flight(rank, 42, std::nullopt, "watchdog: no step progress for 5.1 s (timeout 5000 ms)"), "timeout", "",
+                        inside ? R"x("unnumbered":"allreduce(stop agreement)","unnumbered_start_s":43.2,)x" : "");
+  };
+  for (unsigned r : {0u, 1u, 3u}) d.write(fmt::format("flight_rank{}.json", r), watchdog(r, true));
+  SECTION("the stalled rank's own watchdog dumped too") { d.write("flight_rank2.json", watchdog(2, false)); }
+  SECTION("the stalled rank left no dump") {}
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Hang);
+  CHECK(v.summary.find("allreduce(stop agreement) after #42 (the flight recorder does not number it)") != std::string::npos);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 2);
+  CHECK(v.waited.size() == 3);
+  CHECK(v.culprit_nodes == std::vector<std::string>{"trt-n2"});
+  CHECK(!v.collective);
+}
+
+// A node cut off: every rank, on both sides, waits in the stop agreement. Nobody lagged by its own
+// recorder, so nobody is named from it (naming every node would exclude them all).
+TEST_CASE("every rank inside the stop agreement: nobody named from the recorders") {
+  RunDir d;
+  two_nodes_of_two(d, "trt-n1", "trt-n2", 42);
+  for (unsigned r = 0; r < 4; ++r)
+    d.write(fmt::format("flight_rank{}.json", r),
+            with_failure(flight(r, 42, std::nullopt, "watchdog: no step progress for 5.1 s (timeout 5000 ms)"), "timeout", "",
+                         R"x("unnumbered":"allreduce(stop agreement)",)x"));
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  CHECK(v.kind == Kind::Hang);
+  CHECK(v.never_arrived.empty());
+  CHECK(v.waited.size() == 4);
+  CHECK(v.culprit_nodes.empty());
+}
+
+// A link down between two nodes, in a numbered collective: each leader timed out naming nobody,
+// each node's other rank aborted because its leader failed. The aborts name a rank on both nodes:
+// that singles out neither, and excluding both would leave no rerun.
+TEST_CASE("aborts naming a rank on every node single out none") {
+  RunDir d;
+  two_nodes_of_two(d, "trt-n1", "trt-n2", 42);
+  for (unsigned leader : {0u, 2u}) {
+    d.write(fmt::format("flight_rank{}.json", leader),
+            with_failure(flight(leader, 42, 43, "step 43: gloo: timed out"), "timeout", ""));
+    d.write(fmt::format("flight_rank{}.json", leader + 1),
+            with_failure(flight(leader + 1, 42, 43, fmt::format("step 43: shm: aborted because rank {} failed", leader)),
+                         "aborted", std::to_string(leader).c_str()));
+  }
+  SECTION("both nodes named: none kept") {
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    CHECK(v.kind == Kind::Hang);
+    CHECK(v.never_arrived.empty());
+    CHECK(v.culprit_nodes.empty());
+    CHECK(has_note(v, "no node is singled out"));
+  }
+  SECTION("only trt-n2's leader named: it stays the culprit") {
+    d.write("flight_rank1.json", with_failure(flight(1, 42, 43, "step 43: shm: aborted because rank 2 failed"), "aborted", "2"));
+    const Verdict v = diagnose(d.path);
+    INFO(format_text(v));
+    REQUIRE(v.never_arrived.size() == 1);
+    CHECK(v.never_arrived[0].rank == 2);
+    CHECK(v.culprit_nodes == std::vector<std::string>{"trt-n2"});
+  }
 }
 
 TEST_CASE("mismatched ops across ranks: the first differing sequence number, every variant") {

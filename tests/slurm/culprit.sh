@@ -38,6 +38,22 @@ if [[ $rc -ne 0 && $(node_of "$d/o" 2) == trt-n2 && $drc -eq 1 ]] && grep -q '^v
 else fail "stall on node 2 (srun rc=$rc, doctor rc=$drc, rank 2 on '$(node_of "$d/o" 2)', culprits '$culprits')" \
   "$(tail -6 "$work/stall.log")"; fi
 
+# ------------------------------------- (a2) a rank stalled after its update: the others wait unnumbered
+# The others wait in step 9's stop agreement, which the flight recorder does not number: their dumps
+# say so ("unnumbered"), so their timeouts naming nobody do not make them laggards.
+d=$work/stall_after
+run2 --steps 20 --ckpt-every 5 --watchdog 3 --ckpt-dir "$d/c" --out "$d/o" --fault stall-after:2:8:30 >"$work/stall_after.log" 2>&1
+rc=$?
+verdict=$("$doctor" "$d/o"); drc=$?
+culprits=$("$doctor" "$d/o" --culprit-nodes)
+echo "$verdict" | sed 's/^/  | /'
+if [[ $rc -ne 0 && $drc -eq 1 ]] && grep -q '^verdict: hang: hang at allreduce(stop agreement) after #8 ' <<<"$verdict" &&
+   [[ $(grep '^never arrived:' <<<"$verdict" | cut -d: -f2) == " rank 2 on trt-n2" && $culprits == trt-n2 ]] &&
+   grep -q '"unnumbered": "allreduce(stop agreement)"' "$d/o/flight_rank0.json"; then
+  pass "a rank stalled after step 8's update on node 2: the others waited in the unnumbered stop agreement; trainrt-doctor names rank 2 on trt-n2 (and only it)"
+else fail "stall after the update on node 2 (srun rc=$rc, doctor rc=$drc, culprits '$culprits')" \
+  "$(tail -6 "$work/stall_after.log")" "$(head -14 "$d/o/flight_rank0.json" 2>/dev/null)"; fi
+
 # ---------------------------------------------------------------- (b) train.sbatch drops node 2
 # The template reads TRAINER, DOCTOR, RUN_DIR and MAX_RERUNS from the submitting environment.
 export TRAINER=$trainer DOCTOR=$doctor RUN_DIR=$work/sbatch MAX_RERUNS=2

@@ -78,6 +78,9 @@ struct RankData {
   std::optional<CollectiveFailure> failure;
   std::uint64_t last_completed = 0;
   std::optional<std::uint64_t> in_flight;
+  // The collective the recorder does not number that the rank was in when it dumped (a trainer's
+  // stop agreement), after #last_completed; none when it was in no such collective.
+  std::optional<std::string> unnumbered;
   std::vector<OpRecord> ops;
   std::optional<double> flight_mtime;  // seconds since the epoch
 };

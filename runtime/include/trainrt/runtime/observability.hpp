@@ -23,10 +23,16 @@ class FlightRecorder {
   std::uint64_t begin(const std::string& op, std::size_t bytes);  // returns the op's sequence number
   void end(std::uint64_t seq);
   std::uint64_t last_completed() const { return last_completed_.load(); }
+  // A collective the recorder does not number (a trainer's stop agreement: numbering it would
+  // shift every step's collective number). While one runs, a dump says so ("unnumbered"), and the
+  // doctor counts the rank as having arrived after #last_completed, where a dump without it (a
+  // watchdog firing in compute) counts as lagging. One at a time; end_unnumbered() clears it.
+  void begin_unnumbered(const std::string& op);
+  void end_unnumbered();
   // The op in flight, if any: its sequence number and how long it has been running.
   bool in_flight(std::uint64_t& seq, std::chrono::duration<double>& age) const;
   // JSON: {rank, host, pid, reason, failure, failure_ranks, waited_s, last_completed, in_flight,
-  // ops: [{seq, op, bytes, start_s, end_s}]}. `failure` is what ended the collective (an Error's
+  // unnumbered (the op's name, or null), unnumbered_start_s, ops: [{seq, op, bytes, start_s, end_s}]}. `failure` is what ended the collective (an Error's
   // failure(), the watchdog's timeout) as fields that trainrt-doctor decides on; `reason` is the
   // message for people, never parsed. Without one, "failure" is null.
   void dump(const std::string& path, unsigned rank, const std::string& reason,
@@ -43,6 +49,7 @@ class FlightRecorder {
   std::size_t capacity_;
   mutable std::mutex mutex_;
   std::deque<Op> ops_;
+  std::optional<std::pair<std::string, double>> unnumbered_;  // (op, start) while one runs
   std::uint64_t next_ = 1;
   std::atomic<std::uint64_t> last_completed_{0};
   std::chrono::steady_clock::time_point origin_ = std::chrono::steady_clock::now();
