@@ -10,13 +10,15 @@
 #   D  base                with --baseline-lib DIR: B again with DIR's libtrainrt.so (an older
 #                          build to compare, figures prefixed base_), up to --baseline-max ranks;
 #                          DIR's own scale_bench when it holds one (a library whose ABI changed
-#                          needs the program built with it)
+#                          needs the program built with it); with --baseline-env VAR=VALUE, B again
+#                          with that variable set (e.g. TRAINRT_LEADER_EXCHANGE=pmix: the same
+#                          build's earlier path), with or without --baseline-lib
 # Every run is one srun bounded by --step-timeout; the load average and the measured node-to-node
 # round trip are recorded beside every figure. Output: OUT/raw.tsv (one line per figure and run),
 # OUT/summary.txt (medians, ratios to the bare fence measured in the same point).
 # Usage: benchmarks/scale.sh [--plan default|quick|model|FILE] [--reps R] [--out DIR] [--build DIR]
 #                            [--torch-max N] [--torch-python PY] [--baseline-lib DIR]
-#                            [--baseline-max N] [--step-timeout S] [--budget S]
+#                            [--baseline-max N] [--baseline-env VAR=VALUE] [--step-timeout S] [--budget S]
 #                            [--tree-width step|slurm|W] [--data-fence ring|tree]
 # --tree-width: Slurm's TreeWidth for each step. step (default): min(16, the step's nodes), so a
 #   fence without data crosses every node as a 16-wide tree would; slurm: the cluster's default
@@ -30,7 +32,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${TRAINRT_BUILD_DIR:-$repo/build}
-plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline_max=512 step_timeout=300 budget=1500
+plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline_env="" baseline_max=512 step_timeout=300 budget=1500
 tree_width=step data_fence=ring
 die() { echo "scale: error: $*" >&2; exit 1; }
 while (($#)); do
@@ -43,6 +45,7 @@ while (($#)); do
     --torch-python) torch_python=$2; shift 2 ;;
     --baseline-lib) baseline_lib=$(cd "$2" && pwd) || exit 1; shift 2 ;;
     --baseline-max) baseline_max=$2; shift 2 ;;
+    --baseline-env) baseline_env=$2; shift 2 ;;
     --step-timeout) step_timeout=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --tree-width) tree_width=$2; shift 2 ;;
@@ -62,6 +65,7 @@ build=$(cd "$build" && pwd)
 bench=$build/benchmarks/scale_bench
 [[ -x $bench ]] || die "$bench is not built (ninja scale_bench link_delay in $build)"
 [[ -z $baseline_lib || -f $baseline_lib/libtrainrt.so.0 ]] || die "--baseline-lib: no libtrainrt.so.0 in $baseline_lib"
+[[ -z $baseline_env || $baseline_env =~ ^[A-Za-z_][A-Za-z0-9_]*=[^,]*$ ]] || die "--baseline-env '$baseline_env': not VAR=VALUE (no comma)"
 out=${out:-$repo/build/scale-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -153,7 +157,7 @@ for p in "${points[@]}"; do
   nodelist="tsc-n[1-$n]"; ((n > 1)) || nodelist=tsc-n1
   modes=(floor init)
   [[ -n $torch_py ]] && ((r <= torch_max && d == 0)) && modes+=(torch)
-  [[ -n $baseline_lib ]] && ((r <= baseline_max)) && modes+=(base)
+  [[ -n $baseline_lib || -n $baseline_env ]] && ((r <= baseline_max)) && modes+=(base)
   need_mb=$((r * 4 + 512)); [[ " ${modes[*]} " == *" torch "* ]] && need_mb=$((r * 100 + 512))
   avail_mb=$(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo)
   if ((avail_mb < need_mb)); then echo "scale: $p needs ~$need_mb MB, $avail_mb MB available: left out" | tee -a "$out/skipped.txt"; continue; fi
@@ -166,8 +170,10 @@ for p in "${points[@]}"; do
       cmd=("$bench" "$mode" --reps 3)
       [[ $mode != torch ]] || cmd=("$torch_python" "$torch_py")
       if [[ $mode == base ]]; then
-        cmd=("$bench" init --reps 3); env+=(LD_LIBRARY_PATH="$baseline_lib")
-        [[ ! -x $baseline_lib/scale_bench ]] || cmd[0]=$baseline_lib/scale_bench
+        cmd=("$bench" init --reps 3)
+        [[ -z $baseline_lib ]] || env+=(LD_LIBRARY_PATH="$baseline_lib")
+        [[ -z $baseline_lib || ! -x $baseline_lib/scale_bench ]] || cmd[0]=$baseline_lib/scale_bench
+        [[ -z $baseline_env ]] || env+=("$baseline_env")
       fi
       wait_idle "$nodelist"
       lb=$(load) t0=$(date +%s.%N)

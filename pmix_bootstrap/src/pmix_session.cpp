@@ -80,6 +80,24 @@ class PmixSession final : public Session {
   std::vector<unsigned> local_peers() const override { return local_peers_; }
 
   std::vector<std::vector<unsigned>> ranks_by_node() override {
+    std::vector<std::vector<unsigned>> out;
+    for (auto& node : resolve_nodes()) out.push_back(std::move(node.second));
+    return out;
+  }
+  std::vector<std::string> node_names() override {
+    std::vector<std::string> out;
+    for (auto& node : resolve_nodes()) out.push_back(std::move(node.first));
+    return out;
+  }
+  std::string job_id() const override { return me_.nspace; }
+  bool is_single_process() const override { return false; }
+  SessionCounts counts() const override {
+    return {fences_.load(), fences_with_data_.load(), puts_.load(), gets_remote_.load(), gets_local_.load()};
+  }
+
+ private:
+  // Every node of the job holding a rank (its name, its ranks ascending), in the launcher's order.
+  std::vector<std::pair<std::string, std::vector<unsigned>>> resolve_nodes() {
     std::lock_guard lock(mutex_);
     char* list = nullptr;
     pmix_status_t rc = PMIx_Resolve_nodes(me_.nspace, &list);
@@ -87,7 +105,7 @@ class PmixSession final : public Session {
       throw Error(fmt::format("PMIx_Resolve_nodes({}) failed: {}", me_.nspace, status(rc)), "bootstrap");
     const std::string names = list;
     std::free(list);
-    std::vector<std::vector<unsigned>> out;
+    std::vector<std::pair<std::string, std::vector<unsigned>>> out;
     std::vector<int> seen(size_, 0);
     for (auto name : split(names, ',')) {
       if (name.empty()) continue;
@@ -107,22 +125,19 @@ class PmixSession final : public Session {
                                   r >= size_ ? fmt::format("in a world of {}", size_) : "a second time"),
                       "bootstrap");
       }
-      if (!ranks.empty()) out.push_back(std::move(ranks));
+      if (!ranks.empty()) out.emplace_back(node, std::move(ranks));
     }
     for (unsigned r = 0; r < size_; ++r)
       if (!seen[r]) throw Error(fmt::format("PMIx's node list ({}) places no node for rank {}", names, r), "bootstrap");
-    for (const auto& ranks : out)
+    for (const auto& [node, ranks] : out)
       if (peers_known_ && std::find(ranks.begin(), ranks.end(), me_.rank) != ranks.end() && ranks != local_peers_)
         throw Error(fmt::format("PMIx places rank {} with {} other ranks, but its local peers are {}", me_.rank,
                                 ranks.size() - 1, local_peers_.size() - 1),
                     "bootstrap");
     return out;
   }
-  std::string job_id() const override { return me_.nspace; }
-  bool is_single_process() const override { return false; }
-  SessionCounts counts() const override {
-    return {fences_.load(), fences_with_data_.load(), puts_.load(), gets_remote_.load(), gets_local_.load()};
-  }
+
+ public:
 
   // Beyond a few ranks: a gather to rank 0 through the node leaders and one broadcast of every
   // blob in a bundle, so each rank reads one value instead of N (N^2 reads over the world: 1.1-1.6 s

@@ -20,9 +20,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "host_communicator.hpp"
+#include "leader_rendezvous.hpp"
 #include "trainrt/data_interface.hpp"
 #include "trainrt/number.hpp"
 #include "trainrt/error.hpp"
@@ -71,16 +73,19 @@ class BootstrapStore final : public gloo::rendezvous::Store {
   std::map<std::string, std::vector<char>> values_;
 };
 
-// Gloo's mesh with the addresses exchanged in one allgather of the session instead of a store's
-// keys: every rank creates a pair per peer it connects to (gloo_peers), sends those pairs'
-// listening addresses in one blob (a 4-byte length before each, in its peers' ascending order),
-// reads its peers' blobs only and connects each pair to the address its peer made for it. With
-// PowersOfTwo a rank's blob, reads and sockets grow with log2(size), not size.
+// Gloo's mesh with the addresses exchanged in one exchange instead of a store's keys: every rank
+// creates a pair per peer it connects to (gloo_peers), hands those pairs' listening addresses to
+// `exchange` in one blob (a 4-byte length before each, in its peers' ascending order), gets its
+// peers' blobs back (indexed by rank) and connects each pair to the address its peer made for it.
+// With PowersOfTwo a rank's blob, reads and sockets grow with log2(size), not size.
 class ExchangedMeshContext final : public gloo::rendezvous::Context {
  public:
   using gloo::rendezvous::Context::Context;
 
-  void connect(bootstrap::Session& session, std::shared_ptr<gloo::transport::Device>& device, GlooPeers which) {
+  using Exchange = std::function<std::vector<bootstrap::Blob>(const std::vector<std::uint8_t>& mine,
+                                                               const std::vector<unsigned>& peers)>;
+
+  void connect(const Exchange& exchange, std::shared_ptr<gloo::transport::Device>& device, GlooPeers which) {
     auto pairs = device->createContext(rank, size);
     pairs->setTimeout(getTimeout());
     which_ = which;
@@ -93,10 +98,7 @@ class ExchangedMeshContext final : public gloo::rendezvous::Context {
       mine.insert(mine.end(), l, l + sizeof length);
       mine.insert(mine.end(), address.begin(), address.end());
     }
-    // A full mesh needs every blob: the session's allgather, which past a few ranks goes through
-    // the node leaders' bundles (one read per rank), not N - 1 reads each.
-    const std::vector<bootstrap::Blob> all =
-        which == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, peers);
+    const std::vector<bootstrap::Blob> all = exchange(mine, peers);
     if (all.size() != static_cast<std::size_t>(size))
       throw Error(fmt::format("the address exchange returned {} blobs for {} ranks", all.size(), size), "gloo");
     for (unsigned peer : peers)
@@ -167,14 +169,18 @@ CollectiveFailure gloo_failure(const gloo::IoException& e, std::chrono::millisec
 class GlooCommunicator final : public HostCommunicator {
  public:
   GlooCommunicator(bootstrap::Session& session, const CommOptions& options, std::string address, std::string tag,
-                   GlooRendezvous rendezvous, GlooPeers peers)
+                   GlooRendezvous rendezvous, GlooPeers peers, const std::vector<std::string>& hosts)
       : HostCommunicator("gloo"),
         rank_(session.rank()),
         size_(session.size()),
         timeout_(options.timeout),
         every_pair_(peers == GlooPeers::All || gloo_peers(rank_, size_, peers).size() + 1 == size_) {
-    if (peers != GlooPeers::All && rendezvous != GlooRendezvous::Exchange)
-      throw UsageError("a Gloo group that connects only some pairs needs the Exchange rendezvous", "gloo");
+    if (peers != GlooPeers::All && rendezvous == GlooRendezvous::Lookups)
+      throw UsageError("a Gloo group that connects only some pairs needs the Exchange or Tcp rendezvous", "gloo");
+    if (rendezvous == GlooRendezvous::Tcp && (hosts.size() != size_ || tag.empty()))
+      throw UsageError(fmt::format("the Tcp rendezvous needs every member's host ({} given for {} members) and a tag",
+                                   hosts.size(), size_),
+                       "gloo");
     // The data network's interface when one is named (the one rule, trainrt/data_interface.hpp:
     // the plugin's TRAINRT_IFNAME, then Gloo's and NCCL's own): a node name may resolve to
     // loopback or a management network.
@@ -197,8 +203,34 @@ class GlooCommunicator final : public HostCommunicator {
       if (rendezvous == GlooRendezvous::Exchange) {
         auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
         ctx->setTimeout(options.timeout);
-        ctx->connect(session, device, peers);
+        // A full mesh needs every blob: the session's allgather, which past a few ranks goes
+        // through the node leaders' bundles (one read per rank), not N - 1 reads each.
+        ctx->connect(
+            [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
+              return peers == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, want);
+            },
+            device, peers);
         context_ = ctx;
+      } else if (rendezvous == GlooRendezvous::Tcp) {
+        auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
+        ctx->setTimeout(options.timeout);
+        const std::string key = fmt::format("{}/{}", session.job_id(), tag);
+        const auto ports = rendezvous::candidate_ports(key, rendezvous::port_range_from_environment());
+        ctx->connect(
+            [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
+              // Served until this communicator goes: a peer may ask after this rank is connected.
+              if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports);
+              std::vector<std::string> where;
+              for (unsigned peer : want) where.push_back(hosts[peer]);
+              std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout);
+              std::vector<bootstrap::Blob> all(size_);
+              for (std::size_t i = 0; i < want.size(); ++i) all[want[i]] = std::move(got[i]);
+              return all;
+            },
+            device, peers);
+        context_ = ctx;
+        // No barrier: every pair is connected when connect() returns, the server answers any
+        // peer still asking, and nothing here waits on PMIx (no lookup a later fence could hang).
       } else {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
         ctx->setTimeout(options.timeout);
@@ -355,14 +387,16 @@ class GlooCommunicator final : public HostCommunicator {
   std::chrono::milliseconds timeout_;
   bool every_pair_;  // false: only the pairs gloo_peers names are connected
   std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<rendezvous::Server> server_;  // Tcp: this rank's addresses, for peers still asking
 };
 
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options,
                                                      const std::string& address, const std::string& tag,
-                                                     GlooRendezvous rendezvous, GlooPeers peers) {
-  return std::make_unique<GlooCommunicator>(session, options, address, tag, rendezvous, peers);
+                                                     GlooRendezvous rendezvous, GlooPeers peers,
+                                                     const std::vector<std::string>& hosts) {
+  return std::make_unique<GlooCommunicator>(session, options, address, tag, rendezvous, peers, hosts);
 }
 
 }  // namespace trainrt

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <vector>
 
 #include "host_communicator.hpp"
@@ -29,6 +30,16 @@ void in_group(const std::vector<unsigned>& members, F&& stage) {
     if (dynamic_cast<const UsageError*>(&e)) throw UsageError(std::move(f), e.what());
     throw Error(std::move(f), e.what());
   }
+}
+
+// TRAINRT_LEADER_EXCHANGE: "tcp" (the default) or "pmix"; anything else is a UsageError naming it.
+// Every rank of a job must see the same value (srun passes the submitting environment to all).
+std::string leader_exchange() {
+  const char* v = std::getenv("TRAINRT_LEADER_EXCHANGE");
+  const std::string s = v && *v ? v : "tcp";
+  if (s != "tcp" && s != "pmix")
+    throw UsageError(fmt::format("TRAINRT_LEADER_EXCHANGE='{}': use tcp (the default) or pmix", s), "hierarchical");
+  return s;
 }
 
 class HierarchicalCommunicator final : public HostCommunicator {
@@ -64,15 +75,24 @@ class HierarchicalCommunicator final : public HostCommunicator {
     local_ = make_shm_communicator(*local_session_, options);
     static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
     id_ = instances++;
-    // The leaders' addresses go round in one fence of the world that every rank joins (members or
-    // not), not in a direct-modex lookup per leader pair. The leaders run only ring, dissemination
-    // and binomial-tree collectives (alltoallv and reduce_scatter go to all()), so each connects to
-    // the leaders at distance 2^k: O(log nodes) sockets and addresses, not O(nodes).
+    // The leaders run only ring, dissemination and binomial-tree collectives (alltoallv and
+    // reduce_scatter go to all()), so each connects to the leaders at distance 2^k: O(log nodes)
+    // sockets and addresses, not O(nodes). Their addresses go from leader to leader over TCP
+    // (each serves its own, fetched from its node by name): no PMIx fence, whose data Slurm's
+    // plugin carries round a ring of every node. With TRAINRT_LEADER_EXCHANGE=pmix, or a launcher
+    // that names no nodes, they go round in one fence of the world that every rank joins.
+    const std::string tag = fmt::format("hier{}-leaders", id_);
+    const std::vector<std::string> names = session.node_names();
+    const bool tcp = leader_exchange() == "tcp" && names.size() == by_node.size();
     if (leader_session_->is_member())
-      leaders_ = make_gloo_communicator(*leader_session_, options, {}, fmt::format("hier{}-leaders", id_),
-                                        GlooRendezvous::Exchange, GlooPeers::PowersOfTwo);
-    else
+      leaders_ = make_gloo_communicator(*leader_session_, options, {}, tag,
+                                        tcp ? GlooRendezvous::Tcp : GlooRendezvous::Exchange, GlooPeers::PowersOfTwo,
+                                        tcp ? names : std::vector<std::string>{});
+    else if (!tcp)
       leader_session_->allgather({});
+    // With tcp the other ranks leave now, their leader maybe still connecting: their first
+    // collective waits for it. (Waiting here would be a shared-memory barrier, which yields in a
+    // loop: 64 ranks of a node doing that starve the leader's connections on a small node.)
   }
   ~HierarchicalCommunicator() override { stop_progress(); }
 

@@ -37,6 +37,16 @@ if [[ $rc -eq 0 && $nodes == "$want_nodes" && $ranks_ok == 1 ]]; then
 else fail "4-node start-up and host backend (srun rc=$rc, nodes $nodes)" "$(grep -v '^NODE' <<<"$out" | tail -12)"; fi
 
 # ---------------------------------------------------------------- the bootstrap's collectives and node map
+# The same with the leaders' addresses in one PMIx fence instead of over TCP (what a site whose
+# node names do not resolve uses), and a value the runtime does not know.
+out=$(TRAINRT_LEADER_EXCHANGE=pmix crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 \
+  --train-runtime=policy=numa,bind=off "$coll" init 2>&1); rc=$?
+passed=$(grep -cE "^rank [0-7] of 8 \(.*host backend shm\+gloo.*\): [1-9][0-9]* passed, 0 failed$" <<<"$out")
+bad=$(TRAINRT_LEADER_EXCHANGE=fence crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$coll" init 2>&1); brc=$?
+if [[ $rc -eq 0 && $passed -eq 8 && $brc -ne 0 ]] && grep -q "TRAINRT_LEADER_EXCHANGE='fence': use tcp (the default) or pmix" <<<"$bad"; then
+  pass "TRAINRT_LEADER_EXCHANGE=pmix: the leaders meet in one PMIx fence, every collective verified; 'fence' is refused, naming it"
+else fail "TRAINRT_LEADER_EXCHANGE (pmix: srun rc=$rc, $passed of 8 ranks passed; 'fence': rc=$brc)" "$(tail -6 <<<"$out")" "$(tail -3 <<<"$bad")"; fi
+
 out=$(crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$build/tests/bootstrap/session_mp" 2>&1); rc=$?
 if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1|2,3|4,5|6,7\]$' <<<"$out") -eq 8 ]]; then
   pass "across 4 nodes: allgather, gather to every root, gather_from, broadcast, a barrier that holds every node until a late rank arrives (Slurm default TreeWidth 50 > 4 nodes); every rank sees nodes [0,1|2,3|4,5|6,7]"

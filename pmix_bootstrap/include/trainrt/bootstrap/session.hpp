@@ -46,6 +46,9 @@ class Session {
   // The ranks of every node of the job (nodes in the launcher's order, ranks ascending), read from
   // the launcher's job data without any exchange: grouping ranks by node costs no fence.
   virtual std::vector<std::vector<unsigned>> ranks_by_node() = 0;
+  // Those nodes' names as the launcher knows them (Slurm's node names), in the same order; empty
+  // where the launcher names none.
+  virtual std::vector<std::string> node_names() { return {}; }
   virtual std::string job_id() const = 0;                 // the PMIx namespace, "single" otherwise
   virtual bool is_single_process() const = 0;
   virtual SessionCounts counts() const { return {}; }  // zero where nothing is asked of a server

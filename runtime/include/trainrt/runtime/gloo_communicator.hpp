@@ -3,6 +3,7 @@
 // store server, no guessed ports). Gloo's algorithms are deterministic run to run, but their
 // summation order is not the shared-memory backend's rank order.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
@@ -17,7 +18,11 @@ namespace trainrt {
 //    against 1.2-2.3 s with lookups, docs/scale.md).
 //  Lookups: every member publishes its addresses and reads the others' keys; no fence, so it may run
 //    while other threads of the process use the session (a group built at its first use).
-enum class GlooRendezvous { Exchange, Lookups };
+//  Tcp: every member serves its addresses from a TCP port derived from the job and `tag`, and
+//    fetches each peer's from that peer's host (`hosts[i]` names member i's); no PMIx call at all,
+//    and the parent's other ranks take no part. Ends with a Gloo barrier of the members.
+//    TRAINRT_RENDEZVOUS_PORTS=FIRST-LAST chooses the ports (default 24000-27999).
+enum class GlooRendezvous { Exchange, Lookups, Tcp };
 
 // Which members connect to each other.
 //  All: every pair (Gloo's full mesh): size - 1 connections per member; every collective works.
@@ -25,7 +30,7 @@ enum class GlooRendezvous { Exchange, Lookups };
 //    2 ceil(log2 size) per member: every pair that Gloo's ring allreduce and allgather, its
 //    dissemination barrier and its binomial-tree broadcast (from any root) use; reduce_scatter
 //    too (an allreduce here). alltoallv needs every pair and is refused with a UsageError where a
-//    pair is missing. Needs the Exchange rendezvous.
+//    pair is missing. Needs the Exchange or Tcp rendezvous.
 enum class GlooPeers { All, PowersOfTwo };
 
 // The members `rank` of `size` connects to, ascending, without itself.
@@ -38,6 +43,7 @@ std::vector<unsigned> gloo_peers(unsigned rank, unsigned size, GlooPeers peers);
 std::unique_ptr<Communicator> make_gloo_communicator(bootstrap::Session& session, const CommOptions& options = {},
                                                      const std::string& address = {}, const std::string& tag = {},
                                                      GlooRendezvous rendezvous = GlooRendezvous::Exchange,
-                                                     GlooPeers peers = GlooPeers::All);
+                                                     GlooPeers peers = GlooPeers::All,
+                                                     const std::vector<std::string>& hosts = {});
 
 }  // namespace trainrt
