@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "host_communicator.hpp"
+#include "leader_rendezvous.hpp"
 #include "sub_session.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -84,6 +85,8 @@ class HierarchicalCommunicator final : public HostCommunicator {
     const std::string tag = fmt::format("hier{}-leaders", id_);
     const std::vector<std::string> names = session.node_names();
     const bool tcp = leader_exchange() == "tcp" && names.size() == by_node.size();
+    // Read on every rank, so a bad range fails the whole job alike, not the leaders alone.
+    if (tcp) (void)rendezvous::port_range_from_environment();
     if (leader_session_->is_member())
       leaders_ = make_gloo_communicator(*leader_session_, options, {}, tag,
                                         tcp ? GlooRendezvous::Tcp : GlooRendezvous::Exchange, GlooPeers::PowersOfTwo,

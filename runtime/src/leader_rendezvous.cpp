@@ -210,6 +210,8 @@ void Server::run() {
     if (!(p[0].revents & POLLIN)) continue;
     Fd c(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (c) answer(std::move(c));
+    else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the socket stays readable: no busy loop
   }
 }
 
@@ -227,19 +229,22 @@ void Server::answer(Fd c) {
 namespace {
 
 // One attempt at one address: the blob, or why not.
-std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, unsigned rank, Blob& out) {
+// Never past `until`, the caller's deadline.
+std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, unsigned rank, Blob& out,
+                Clock::time_point until) {
   Fd s(::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s) return "socket: " + errno_text(errno);
   if (::connect(s.get(), addr, len) != 0) {
     if (errno != EINPROGRESS) return "connect: " + errno_text(errno);
     pollfd p{s.get(), POLLOUT, 0};
-    if (::poll(&p, 1, static_cast<int>(kConnectLimit.count())) <= 0) return "connect: no answer within 500 ms";
+    const int wait_ms = std::min(static_cast<int>(kConnectLimit.count()), ms_left(until));
+    if (::poll(&p, 1, wait_ms) <= 0) return fmt::format("connect: no answer within {} ms", wait_ms);
     int err = 0;
     socklen_t l = sizeof err;
     ::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &l);
     if (err != 0) return "connect: " + errno_text(err);
   }
-  const auto deadline = Clock::now() + kExchangeLimit;
+  const auto deadline = std::min(Clock::now() + kExchangeLimit, until);
   if (std::string why = send_all(s.get(), header(key), deadline); !why.empty()) return why;
   if (std::string why = read_header(s.get(), key, deadline); !why.empty()) return why;
   std::uint8_t tail[8];
@@ -289,7 +294,8 @@ Blob fetch(const std::string& key, unsigned rank, const std::string& host, const
         else if (ss.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = htons(port);
         else continue;
         Blob out;
-        const std::string why = ask(reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen, key, rank, out);
+        if (Clock::now() >= deadline) break;
+        const std::string why = ask(reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen, key, rank, out, deadline);
         if (why.empty()) return out;
         // A refusal says only that nobody listens yet; keep anything more telling over it.
         const bool refused = why.find("refused") != std::string::npos;

@@ -117,6 +117,7 @@ TEST_CASE("a rank whose own recorder stops earlier never arrived; without any na
     CHECK(v.never_arrived.empty());
     CHECK(v.culprit_nodes.empty());
     CHECK(v.waited.size() == 2);
+    CHECK(has_note(v, "rank(s) 2 ended their run"));
   }
   SECTION("a dead rank named by its peers") {
     d.write("flight_rank0.json", flight(0, 6, 7, "step 7: shm: rank 0: allreduce #7 (arrive): rank 1 (pid 4242) died"));

@@ -43,9 +43,14 @@ out=$(TRAINRT_LEADER_EXCHANGE=pmix crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi
   --train-runtime=policy=numa,bind=off "$coll" init 2>&1); rc=$?
 passed=$(grep -cE "^rank [0-7] of 8 \(.*host backend shm\+gloo.*\): [1-9][0-9]* passed, 0 failed$" <<<"$out")
 bad=$(TRAINRT_LEADER_EXCHANGE=fence crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$coll" init 2>&1); brc=$?
-if [[ $rc -eq 0 && $passed -eq 8 && $brc -ne 0 ]] && grep -q "TRAINRT_LEADER_EXCHANGE='fence': use tcp (the default) or pmix" <<<"$bad"; then
-  pass "TRAINRT_LEADER_EXCHANGE=pmix: the leaders meet in one PMIx fence, every collective verified; 'fence' is refused, naming it"
-else fail "TRAINRT_LEADER_EXCHANGE (pmix: srun rc=$rc, $passed of 8 ranks passed; 'fence': rc=$brc)" "$(tail -6 <<<"$out")" "$(tail -3 <<<"$bad")"; fi
+# The default takes the TCP path: only it reads the port range, so a bad one fails init there.
+ports=$(TRAINRT_RENDEZVOUS_PORTS=1-2 crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$coll" init 2>&1); prc=$?
+if [[ $rc -eq 0 && $passed -eq 8 && $brc -ne 0 && $prc -ne 0 ]] &&
+   grep -q "TRAINRT_LEADER_EXCHANGE='fence': use tcp (the default) or pmix" <<<"$bad" &&
+   grep -q "TRAINRT_RENDEZVOUS_PORTS='1-2' is not FIRST-LAST" <<<"$ports"; then
+  pass "TRAINRT_LEADER_EXCHANGE=pmix: the leaders meet in one PMIx fence, every collective verified; 'fence' is refused, naming it; the default (tcp) reads TRAINRT_RENDEZVOUS_PORTS and refuses '1-2'"
+else fail "TRAINRT_LEADER_EXCHANGE (pmix: srun rc=$rc, $passed of 8 ranks passed; 'fence': rc=$brc; ports '1-2': rc=$prc)" \
+  "$(tail -6 <<<"$out")" "$(tail -3 <<<"$bad")" "$(tail -3 <<<"$ports")"; fi
 
 out=$(crun srun -N 4 -n 8 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$build/tests/bootstrap/session_mp" 2>&1); rc=$?
 if [[ $rc -eq 0 && $(grep -c ' 0 failed, nodes \[0,1|2,3|4,5|6,7\]$' <<<"$out") -eq 8 ]]; then

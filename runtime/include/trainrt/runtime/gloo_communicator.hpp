@@ -20,7 +20,8 @@ namespace trainrt {
 //    while other threads of the process use the session (a group built at its first use).
 //  Tcp: every member serves its addresses from a TCP port derived from the job and `tag`, and
 //    fetches each peer's from that peer's host (`hosts[i]` names member i's); no PMIx call at all,
-//    and the parent's other ranks take no part. Ends with a Gloo barrier of the members.
+//    and the parent's other ranks take no part. No barrier at the end: every pair is connected
+//    when it returns, and the member's server answers any peer still asking until it is destroyed.
 //    TRAINRT_RENDEZVOUS_PORTS=FIRST-LAST chooses the ports (default 24000-27999).
 enum class GlooRendezvous { Exchange, Lookups, Tcp };
 
