@@ -210,17 +210,19 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       return it != by_rank.end() && it->second->ended;
     };
     std::vector<unsigned> left;  // ended while the others waited: worth saying, not presuming
-    for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank) && v.never_arrived.size() < 4096; ++r)
-      if (!waiting.count(static_cast<unsigned>(r)) && ended(static_cast<unsigned>(r)) && left.size() < 16)
-        left.push_back(static_cast<unsigned>(r));
+    for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank); ++r) {
+      const auto rank = static_cast<unsigned>(r);
+      if (waiting.count(rank)) continue;
+      if (ended(rank)) {
+        if (left.size() < 16) left.push_back(rank);
+      } else if (v.never_arrived.size() < 4096) {
+        v.never_arrived.push_back({rank, node_of(rank), "presumed: no flight recorder while the others waited"});
+      }
+    }
     if (!left.empty())
       v.notes.push_back(fmt::format("rank(s) {} ended their run (an \"end\" event) while the others waited: not presumed "
                                     "culprits; a rank that leaves the training loop early is a program bug",
                                     fmt::join(left, ",")));
-    for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank) && v.never_arrived.size() < 4096; ++r)
-      if (!waiting.count(static_cast<unsigned>(r)) && !ended(static_cast<unsigned>(r)))
-        v.never_arrived.push_back({static_cast<unsigned>(r), node_of(static_cast<unsigned>(r)),
-                                   "presumed: no flight recorder while the others waited"});
   }
   // An abort's name of a rank that arrived counts last: below ranks that left no flight recorder
   // while the others waited (a node's processes killed: the rank named lost its peer there).

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "node_bundle.hpp"
@@ -97,8 +98,15 @@ class PmixSession final : public Session {
 
  private:
   // Every node of the job holding a rank (its name, its ranks ascending), in the launcher's order.
+  // The job's map does not change: asked of PMIx once (init needs both ranks_by_node and
+  // node_names), kept after that.
   std::vector<std::pair<std::string, std::vector<unsigned>>> resolve_nodes() {
     std::lock_guard lock(mutex_);
+    if (!nodes_) nodes_ = resolve_nodes_locked();
+    return *nodes_;
+  }
+
+  std::vector<std::pair<std::string, std::vector<unsigned>>> resolve_nodes_locked() {
     char* list = nullptr;
     pmix_status_t rc = PMIx_Resolve_nodes(me_.nspace, &list);
     if (rc != PMIX_SUCCESS || !list)
@@ -403,6 +411,7 @@ class PmixSession final : public Session {
   std::uint64_t counter_ = 0;
   std::atomic<std::uint64_t> fences_{0}, fences_with_data_{0}, puts_{0}, gets_remote_{0}, gets_local_{0};
   std::mutex mutex_;
+  std::optional<std::vector<std::pair<std::string, std::vector<unsigned>>>> nodes_;  // resolve_nodes(), once
 };
 
 }  // namespace

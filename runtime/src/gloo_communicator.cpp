@@ -200,36 +200,33 @@ class GlooCommunicator final : public HostCommunicator {
     }
     try {
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      if (rendezvous == GlooRendezvous::Exchange) {
+      if (rendezvous != GlooRendezvous::Lookups) {
+        ExchangedMeshContext::Exchange exchange;
+        if (rendezvous == GlooRendezvous::Exchange) {
+          // A full mesh needs every blob: the session's allgather, which past a few ranks goes
+          // through the node leaders' bundles (one read per rank), not N - 1 reads each.
+          exchange = [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
+            return peers == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, want);
+          };
+        } else {
+          exchange = [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
+            const std::string key = fmt::format("{}/{}", session.job_id(), tag);
+            const auto ports = rendezvous::candidate_ports(key, rendezvous::port_range_from_environment());
+            // Served until this communicator goes: a peer may ask after this rank is connected.
+            if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports);
+            std::vector<std::string> where;
+            for (unsigned peer : want) where.push_back(hosts[peer]);
+            std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout);
+            std::vector<bootstrap::Blob> all(size_);
+            for (std::size_t i = 0; i < want.size(); ++i) all[want[i]] = std::move(got[i]);
+            return all;
+          };
+        }
         auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
         ctx->setTimeout(options.timeout);
-        // A full mesh needs every blob: the session's allgather, which past a few ranks goes
-        // through the node leaders' bundles (one read per rank), not N - 1 reads each.
-        ctx->connect(
-            [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
-              return peers == GlooPeers::All ? session.allgather(mine) : session.allgather_some(mine, want);
-            },
-            device, peers);
+        ctx->connect(exchange, device, peers);
         context_ = ctx;
-      } else if (rendezvous == GlooRendezvous::Tcp) {
-        auto ctx = std::make_shared<ExchangedMeshContext>(static_cast<int>(rank_), static_cast<int>(size_));
-        ctx->setTimeout(options.timeout);
-        const std::string key = fmt::format("{}/{}", session.job_id(), tag);
-        const auto ports = rendezvous::candidate_ports(key, rendezvous::port_range_from_environment());
-        ctx->connect(
-            [&](const std::vector<std::uint8_t>& mine, const std::vector<unsigned>& want) {
-              // Served until this communicator goes: a peer may ask after this rank is connected.
-              if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports);
-              std::vector<std::string> where;
-              for (unsigned peer : want) where.push_back(hosts[peer]);
-              std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout);
-              std::vector<bootstrap::Blob> all(size_);
-              for (std::size_t i = 0; i < want.size(); ++i) all[want[i]] = std::move(got[i]);
-              return all;
-            },
-            device, peers);
-        context_ = ctx;
-        // No barrier: every pair is connected when connect() returns, the server answers any
+        // Tcp: no barrier. Every pair is connected when connect() returns, the server answers any
         // peer still asking, and nothing here waits on PMIx (no lookup a later fence could hang).
       } else {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(static_cast<int>(rank_), static_cast<int>(size_));
