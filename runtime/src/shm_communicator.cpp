@@ -51,29 +51,31 @@ void ShmCommunicator::open_segment(bootstrap::Session& session) {
 // The node's own barrier, through the segment: the group is one node, so a fence of the launcher
 // (which a SubSession makes a fence of the whole world, two per group before) is not needed. Every
 // rank counts itself in once its pid is written, so liveness checks see every pid afterwards.
+// Ranks still starting (PMIx_Init, loading) need the cores, and at start-up the early ranks may wait
+// seconds for the late ones: they sleep in the kernel on the counter (a futex in the shared
+// segment) and the last rank to arrive wakes them. Polling with a sleep cost each waiting rank ~500
+// wake-ups a second; at 2,048 ranks on 2 cores that tripled the CPU init used (docs/scale.md).
 void ShmCommunicator::wait_until_all_attached() {
-  std::atomic_ref<std::uint32_t> attached(reinterpret_cast<Header*>(map_.data())->attached);
-  attached.fetch_add(1, std::memory_order_acq_rel);
-  // Ranks still starting (PMIx_Init, loading) need the cores: spin briefly, yield a little, then
-  // sleep with a growing pause (up to 2 ms), never a yield storm of a hundred waiting ranks.
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(50);
-  for (unsigned spins = 0; attached.load(std::memory_order_acquire) < size_; ++spins) {
-    if (spins < spins_before_yield_) {
-      cpu_relax();
-      continue;
-    }
-    if (spins < spins_before_yield_ + 64) {
-      sched_yield();
-      continue;
-    }
-    if (std::chrono::steady_clock::now() - start > options_.timeout)
+  auto* word = &reinterpret_cast<Header*>(map_.data())->attached;
+  std::atomic_ref<std::uint32_t> attached(*word);
+  if (attached.fetch_add(1, std::memory_order_acq_rel) + 1 >= size_) {
+    shared_futex_wake_all(word);
+    return;
+  }
+  for (unsigned spins = 0; spins < spins_before_yield_; ++spins) {
+    if (attached.load(std::memory_order_acquire) >= size_) return;
+    cpu_relax();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (std::uint32_t seen; (seen = attached.load(std::memory_order_acquire)) < size_;) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero())
       throw PeerError({FailureKind::Timeout, {}, std::chrono::duration<double>(options_.timeout).count()},
                       fmt::format("rank {}: only {} of the node's {} ranks attached the shared-memory segment within {} ms",
-                                  rank_, attached.load(), size_, options_.timeout.count()),
+                                  rank_, seen, size_, options_.timeout.count()),
                       "shm");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    // Returns at the wake, at once if the count moved since `seen`, or after the bounded sleep.
+    shared_futex_wait(word, seen, std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(500)));
   }
 }
 

@@ -3,11 +3,13 @@
 // segment, the phases, allreduce and reduce_scatter) and shm_exchange.cpp (allgather, broadcast,
 // alltoallv). Internal to libtrainrt; the public face is trainrt/runtime/shm_communicator.hpp.
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -76,6 +78,18 @@ struct Header {
   std::uint64_t slot_bytes;
   std::uint32_t attached;  // ranks that have mapped the segment and written their control block
 };
+
+// A futex on a word of the shared segment: not FUTEX_PRIVATE, since the waiters are other
+// processes (std::atomic_ref::wait uses the private kind, and has no timeout).
+inline void shared_futex_wait(std::uint32_t* word, std::uint32_t expected, std::chrono::nanoseconds limit) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1'000'000'000);
+  ::syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);  // EAGAIN, EINTR, ETIMEDOUT: the caller rechecks
+}
+inline void shared_futex_wake_all(std::uint32_t* word) {
+  ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 inline std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 

@@ -5,15 +5,18 @@
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainrt/bootstrap/session.hpp"
@@ -141,6 +144,74 @@ TEST_CASE("a node's shared-memory group meets in its segment: a rank that never 
     CHECK_THAT(e.what(), Catch::Matchers::Contains("only 1 of the node's 2 ranks attached"));
   }
   CHECK(my_segments() == before);  // the name is gone on this way out too
+}
+
+// Two ranks of one node as two threads of this process: rank 0's broadcast hands the segment's
+// name to rank 1 through a promise.
+class ThreadRank final : public bootstrap::Session {
+ public:
+  ThreadRank(unsigned rank, std::shared_future<bootstrap::Blob> name, std::promise<bootstrap::Blob>* give)
+      : rank_(rank), name_(std::move(name)), give_(give) {}
+  unsigned rank() const override { return rank_; }
+  unsigned size() const override { return 2; }
+  unsigned local_rank() const override { return rank_; }
+  unsigned local_size() const override { return 2; }
+  unsigned node_id() const override { return 0; }
+  std::vector<unsigned> local_peers() const override { return {0, 1}; }
+  std::vector<std::vector<unsigned>> ranks_by_node() override { return {{0, 1}}; }
+  std::string job_id() const override { return "threads"; }
+  bool is_single_process() const override { return false; }
+  std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t>) override { throw Error("no fence here", "test"); }
+  bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned) override {
+    if (rank_ == 0) give_->set_value({data.begin(), data.end()});
+    return rank_ == 0 ? bootstrap::Blob(data.begin(), data.end()) : name_.get();
+  }
+  void barrier() override { throw Error("the node's group must not need a fence of the launcher", "test"); }
+  void publish(const std::string&, std::span<const std::uint8_t>) override {}
+  bootstrap::Blob lookup(unsigned, const std::string&) override { throw Error("no lookups here", "test"); }
+
+ private:
+  unsigned rank_;
+  std::shared_future<bootstrap::Blob> name_;
+  std::promise<bootstrap::Blob>* give_;
+};
+
+long voluntary_switches_of_this_thread() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nvcsw;
+}
+
+TEST_CASE("ranks waiting for a late rank to attach sleep until it arrives, they do not poll") {
+  // At start-up the first ranks of a node may wait seconds for the last; a wait that polls takes
+  // the cores those still starting need (docs/scale.md). Rank 1 comes 400 ms late.
+  std::promise<bootstrap::Blob> name;
+  std::shared_future<bootstrap::Blob> got = name.get_future().share();
+  ThreadRank r0(0, got, &name), r1(1, got, nullptr);
+  CommOptions o;
+  o.timeout = std::chrono::seconds(20);
+  std::unique_ptr<Communicator> c1;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    c1 = make_shm_communicator(r1, o);
+  });
+  const long switches_before = voluntary_switches_of_this_thread();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c0 = make_shm_communicator(r0, o);
+  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long switches = voluntary_switches_of_this_thread() - switches_before;
+  late.join();
+  CHECK(waited_s > 0.3);  // it did wait for rank 1
+  CHECK(waited_s < 5);    // and was woken, not left to the 20 s timeout
+  // Sleeping with a growing pause (the old wait) took ~200 switches over 400 ms.
+  CHECK(switches < 20);
+  // The two made one working group.
+  std::vector<float> a{1, 2}, b{10, 20}, out0(2), out1(2);
+  std::thread t1([&] { c1->allreduce(b.data(), out1.data(), 2, DType::F32, ReduceOp::Sum); });
+  c0->allreduce(a.data(), out0.data(), 2, DType::F32, ReduceOp::Sum);
+  t1.join();
+  CHECK(out0 == std::vector<float>{11, 22});
+  CHECK(out1 == std::vector<float>{11, 22});
 }
 
 TEST_CASE("device buckets need an NCCL communicator") {
