@@ -216,7 +216,7 @@ class GlooCommunicator final : public HostCommunicator {
             if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports);
             std::vector<std::string> where;
             for (unsigned peer : want) where.push_back(hosts[peer]);
-            std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout);
+            std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout, server_.get());
             std::vector<bootstrap::Blob> all(size_);
             for (std::size_t i = 0; i < want.size(); ++i) all[want[i]] = std::move(got[i]);
             return all;

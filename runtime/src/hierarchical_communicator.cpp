@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <future>
 #include <vector>
 
 #include "host_communicator.hpp"
@@ -72,8 +73,6 @@ class HierarchicalCommunicator final : public HostCommunicator {
     leader_ranks_ = leaders;
     local_session_ = std::make_unique<SubSession>(session, node_ranks_);
     leader_session_ = std::make_unique<SubSession>(session, leaders);
-    // Every rank takes part in building every node's shared-memory group (one world barrier).
-    local_ = make_shm_communicator(*local_session_, options);
     static unsigned instances = 0;  // every rank builds the same hierarchical communicators in order
     id_ = instances++;
     // The leaders run only ring, dissemination and binomial-tree collectives (alltoallv and
@@ -87,10 +86,20 @@ class HierarchicalCommunicator final : public HostCommunicator {
     const bool tcp = leader_exchange() == "tcp" && names.size() == by_node.size();
     // Read on every rank, so a bad range fails the whole job alike, not the leaders alone.
     if (tcp) (void)rendezvous::port_range_from_environment();
-    if (leader_session_->is_member())
-      leaders_ = make_gloo_communicator(*leader_session_, options, {}, tag,
-                                        tcp ? GlooRendezvous::Tcp : GlooRendezvous::Exchange, GlooPeers::PowersOfTwo,
-                                        tcp ? names : std::vector<std::string>{});
+    // Over TCP a leader connects to the other leaders while its node's ranks are still starting
+    // (PMIx_Init under load takes them hundreds of ms): the two waits overlap, so the node that
+    // starts last is ready once its last rank attaches, not a fetch and a connect later.
+    std::future<std::unique_ptr<Communicator>> leaders_connecting;
+    if (tcp && leader_session_->is_member())
+      leaders_connecting = std::async(std::launch::async, [&] {
+        return make_gloo_communicator(*leader_session_, options, {}, tag, GlooRendezvous::Tcp, GlooPeers::PowersOfTwo, names);
+      });
+    // Every rank takes part in building its node's shared-memory group. (On a throw the future's
+    // destructor waits for the connecting thread, itself bounded by the timeout.)
+    local_ = make_shm_communicator(*local_session_, options);
+    if (leaders_connecting.valid()) leaders_ = leaders_connecting.get();
+    else if (leader_session_->is_member())
+      leaders_ = make_gloo_communicator(*leader_session_, options, {}, tag, GlooRendezvous::Exchange, GlooPeers::PowersOfTwo);
     else if (!tcp)
       leader_session_->allgather({});
     // With tcp the other ranks leave now, their leader maybe still connecting: their first

@@ -24,7 +24,8 @@ namespace trainrt::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr char kMagic[4] = {'T', 'R', 'Z', '1'};
+constexpr char kMagic[4] = {'T', 'R', 'Z', '2'};
+constexpr std::uint32_t kNoOffer = 0xffffffff;  // a request's rank when the asker offers no blob
 // One request or reply may take this long once connected: a listener that accepts and never
 // answers (someone else's program on a candidate port) costs a client this much, not its timeout.
 constexpr auto kExchangeLimit = std::chrono::milliseconds(1000);
@@ -139,6 +140,20 @@ std::vector<std::uint16_t> candidate_ports(const std::string& key, PortRange ran
   return out;
 }
 
+void Mailbox::put(unsigned rank, Blob blob) {
+  {
+    std::lock_guard lock(mutex_);
+    blobs_[rank] = std::move(blob);
+  }
+  arrived_.notify_all();
+}
+
+std::optional<Blob> Mailbox::take(unsigned rank, std::chrono::milliseconds wait) {
+  std::unique_lock lock(mutex_);
+  if (!arrived_.wait_for(lock, wait, [&] { return blobs_.count(rank) != 0; })) return std::nullopt;
+  return blobs_.at(rank);
+}
+
 Server::Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports)
     : key_(std::move(key)), rank_(rank), blob_(std::move(blob)) {
   if (key_.size() > kMaxKeyBytes || blob_.size() > kMaxBlobBytes)
@@ -215,10 +230,18 @@ void Server::run() {
   }
 }
 
-// One request, one reply, at most kExchangeLimit each; a stranger's bytes get no reply.
+// One request (the key, and the asker's rank and blob when it offers one), one reply, at most
+// kExchangeLimit each; a stranger's bytes, or a blob over the limit, get no reply.
 void Server::answer(Fd c) {
   const auto deadline = Clock::now() + kExchangeLimit;
   if (!read_header(c.get(), key_, deadline).empty()) return;
+  std::uint8_t offer[8];
+  if (!recv_exact(c.get(), offer, sizeof offer, deadline).empty()) return;
+  const std::uint32_t asker = get_u32(offer), bytes = get_u32(offer + 4);
+  if (bytes > kMaxBlobBytes || (asker == kNoOffer && bytes != 0)) return;
+  Blob offered(bytes);
+  if (!recv_exact(c.get(), offered.data(), bytes, deadline).empty()) return;
+  if (asker != kNoOffer) mailbox_.put(asker, std::move(offered));
   Blob reply = header(key_);
   put_u32(reply, rank_);
   put_u32(reply, static_cast<std::uint32_t>(blob_.size()));
@@ -230,7 +253,7 @@ namespace {
 
 // One attempt at one address: the blob, or why not.
 // Never past `until`, the caller's deadline.
-std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, unsigned rank, Blob& out,
+std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, unsigned rank, const Server* mine, Blob& out,
                 Clock::time_point until) {
   Fd s(::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s) return "socket: " + errno_text(errno);
@@ -245,7 +268,11 @@ std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, uns
     if (err != 0) return "connect: " + errno_text(err);
   }
   const auto deadline = std::min(Clock::now() + kExchangeLimit, until);
-  if (std::string why = send_all(s.get(), header(key), deadline); !why.empty()) return why;
+  Blob request = header(key);
+  put_u32(request, mine ? mine->rank() : kNoOffer);
+  put_u32(request, mine ? static_cast<std::uint32_t>(mine->blob().size()) : 0);
+  if (mine) request.insert(request.end(), mine->blob().begin(), mine->blob().end());
+  if (std::string why = send_all(s.get(), request, deadline); !why.empty()) return why;
   if (std::string why = read_header(s.get(), key, deadline); !why.empty()) return why;
   std::uint8_t tail[8];
   if (std::string why = recv_exact(s.get(), tail, sizeof tail, deadline); !why.empty()) return why;
@@ -259,12 +286,14 @@ std::string ask(const sockaddr* addr, socklen_t len, const std::string& key, uns
 }  // namespace
 
 Blob fetch(const std::string& key, unsigned rank, const std::string& host, const std::vector<std::uint16_t>& ports,
-           std::chrono::milliseconds timeout) {
+           std::chrono::milliseconds timeout, Server* mine) {
   const auto deadline = Clock::now() + timeout;
   std::unique_ptr<addrinfo, AddrInfoFree> found;
   std::string last;
   auto pause = std::chrono::milliseconds(1);
   for (unsigned round = 0;; ++round) {
+    if (mine)
+      if (auto offered = mine->mailbox().take(rank, std::chrono::milliseconds(0))) return std::move(*offered);
     // The server binds the first candidate it can, so a refusal at one means it is not up yet,
     // unless something that does not listen held that port when it started: every 8th round
     // tries every candidate, the others stop at the first refusal. Polling costs CPU that the
@@ -295,7 +324,7 @@ Blob fetch(const std::string& key, unsigned rank, const std::string& host, const
         else continue;
         Blob out;
         if (Clock::now() >= deadline) break;
-        const std::string why = ask(reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen, key, rank, out, deadline);
+        const std::string why = ask(reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen, key, rank, mine, out, deadline);
         if (why.empty()) return out;
         // A refusal says only that nobody listens yet; keep anything more telling over it.
         const bool refused = why.find("refused") != std::string::npos;
@@ -304,7 +333,14 @@ Blob fetch(const std::string& key, unsigned rank, const std::string& host, const
       }
     }
     if (Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    // The pause ends early when the peer, fetching ours, offers its blob to our server.
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::min<Clock::duration>(pause, deadline - Clock::now()));
+    if (mine) {
+      if (auto offered = mine->mailbox().take(rank, wait)) return std::move(*offered);
+    } else {
+      std::this_thread::sleep_for(wait);
+    }
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
   std::string list;
@@ -316,12 +352,12 @@ Blob fetch(const std::string& key, unsigned rank, const std::string& host, const
 }
 
 std::vector<Blob> fetch_all(const std::string& key, const std::vector<unsigned>& ranks, const std::vector<std::string>& hosts,
-                            const std::vector<std::uint16_t>& ports, std::chrono::milliseconds timeout) {
+                            const std::vector<std::uint16_t>& ports, std::chrono::milliseconds timeout, Server* mine) {
   if (hosts.size() != ranks.size())
     throw UsageError(fmt::format("fetch_all: {} hosts for {} ranks", hosts.size(), ranks.size()), "rendezvous");
   std::vector<std::future<Blob>> pending;
   for (std::size_t i = 0; i < ranks.size(); ++i)
-    pending.push_back(std::async(std::launch::async, [&, i] { return fetch(key, ranks[i], hosts[i], ports, timeout); }));
+    pending.push_back(std::async(std::launch::async, [&, i] { return fetch(key, ranks[i], hosts[i], ports, timeout, mine); }));
   std::vector<Blob> out;
   std::exception_ptr first;
   for (auto& p : pending) {  // every one waited for: none outlives the references it holds

@@ -8,9 +8,17 @@
 // What a server answers is checked, not trusted blindly: a reply counts only when it carries the
 // same key (job and communicator) and the rank asked for. A port taken by someone else is skipped
 // on both sides: the server binds the first free candidate, a client tries them in order.
+//
+// A leader that asks also offers its own blob, which the server keeps: the peer it asked then has
+// it without asking back. So the last leader to start is not found by its peers' polling (a pause
+// of up to 50 ms each) but hands them its address when it fetches theirs.
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,8 +46,22 @@ PortRange port_range_from_environment();
 // kPortCandidates distinct ports of `range` for `key`: the same list on every node.
 std::vector<std::uint16_t> candidate_ports(const std::string& key, PortRange range);
 
+// The blobs peers offered with their requests, by rank; a fetch waiting for one wakes when it comes.
+class Mailbox {
+ public:
+  void put(unsigned rank, Blob blob);
+  // The blob of `rank` if it came, waiting up to `wait` for it.
+  std::optional<Blob> take(unsigned rank, std::chrono::milliseconds wait);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable arrived_;
+  std::map<unsigned, Blob> blobs_;
+};
+
 // Answers every request that carries `key` with (rank, blob), on the first candidate port it can
-// bind (every address of the node), from its own thread, until destroyed.
+// bind (every address of the node), from its own thread, until destroyed. What the askers offer
+// goes into its mailbox.
 class Server {
  public:
   Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports);
@@ -48,6 +70,9 @@ class Server {
   Server& operator=(const Server&) = delete;
   std::uint16_t port() const { return port_; }
   std::size_t served() const { return served_.load(); }
+  unsigned rank() const { return rank_; }
+  const Blob& blob() const { return blob_; }
+  Mailbox& mailbox() { return mailbox_; }
 
  private:
   void run();
@@ -55,6 +80,7 @@ class Server {
   std::string key_;
   unsigned rank_;
   Blob blob_;
+  Mailbox mailbox_;
   Fd listen_;
   Fd wake_;  // an eventfd: written once to stop the thread
   std::uint16_t port_ = 0;
@@ -65,12 +91,15 @@ class Server {
 // `rank`'s blob from the server on `host`: each candidate port in turn until one answers with `key`
 // and `rank`; while none does (the peer has not started yet), again after a pause growing to 50 ms,
 // until `timeout`. An Error naming the host, the ports and the last problem after that.
+// With `mine` (this rank's own server): its rank and blob go with every request, and a blob that
+// `rank` offered to `mine` ends the fetch at once, asked or not.
 Blob fetch(const std::string& key, unsigned rank, const std::string& host, const std::vector<std::uint16_t>& ports,
-           std::chrono::milliseconds timeout);
+           std::chrono::milliseconds timeout, Server* mine = nullptr);
 
 // fetch() of every rank in `ranks` (from `hosts[i]`), side by side: a leader waits for its slowest
 // peer once, not for each in turn. The blobs in `ranks`' order; the first failure's Error.
 std::vector<Blob> fetch_all(const std::string& key, const std::vector<unsigned>& ranks, const std::vector<std::string>& hosts,
-                            const std::vector<std::uint16_t>& ports, std::chrono::milliseconds timeout);
+                            const std::vector<std::uint16_t>& ports, std::chrono::milliseconds timeout,
+                            Server* mine = nullptr);
 
 }  // namespace trainrt::rendezvous

@@ -1,6 +1,7 @@
 // The leaders' TCP rendezvous (runtime/src/leader_rendezvous.cpp) on this machine's loopback: the
 // blob round trip, ports someone else holds (another job's server, a listener that never answers,
-// a server of another rank), a peer that starts late, and the errors when nobody answers.
+// a server of another rank), a peer that starts late, the blob a fetch offers, and the errors
+// when nobody answers.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <netinet/in.h>
@@ -115,6 +116,28 @@ TEST_CASE("a peer that starts late is waited for") {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   Server late("job/c", 1, bytes("late"), ports);
   CHECK(got.get() == bytes("late"));
+}
+
+TEST_CASE("a leader that asks offers its own blob: the peer it asked has it without asking back") {
+  const auto ports = candidate_ports("job/i", own_range());
+  Server zero("job/i", 0, bytes("zero's"), ports);
+  {
+    Server one("job/i", 1, bytes("one's"), ports);  // the next candidate: rank 0 holds the first
+    CHECK(fetch("job/i", 0, "localhost", ports, std::chrono::seconds(5), &one) == bytes("zero's"));
+  }
+  // Nobody serves rank 1 any more: rank 0 can only have what rank 1 offered when it asked.
+  CHECK(fetch("job/i", 1, "localhost", ports, std::chrono::milliseconds(300), &zero) == bytes("one's"));
+  // Without its own server a fetch has no mailbox to look in, and nobody answers for rank 1.
+  CHECK(message([&] { fetch("job/i", 1, "localhost", ports, std::chrono::milliseconds(300)); }).find("did not give") !=
+        std::string::npos);
+  // A waiting fetch ends when the offer comes, before its next attempt.
+  auto waiting = std::async(std::launch::async, [&] { return fetch("job/i", 2, "localhost", ports, std::chrono::seconds(10), &zero); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    Server two("job/i", 2, bytes("two's"), ports);
+    CHECK(fetch("job/i", 0, "localhost", ports, std::chrono::seconds(5), &two) == bytes("zero's"));
+  }
+  CHECK(waiting.get() == bytes("two's"));
 }
 
 TEST_CASE("nobody answering: an error naming the host, the ports and the last problem, after the timeout") {
