@@ -10,6 +10,8 @@ Every figure is a sum of terms whose cause is known (docs/scale.md "The model"):
               measured before 2026-11-26 15:00 had TreeWidth 50, a tree of each node alone: its
               data-free fences crossed no node, docs/scale.md "Slurm's tree")
   ring_rtt    n x round trip: a fence with data goes around a ring of nodes, one hop per node
+  per_node    N / n: ranks per node, the node that starts last waking its ranks
+  rtt         round trips of a fixed count (0 on one node): the last leaders' one connection round
 Coefficients are fitted with relative weights (the error that matters is a ratio) and kept
 non-negative (a term with a negative fit is dropped and the rest refitted: a cost cannot be < 0).
 Standard library only: the solver is a few lines of Gaussian elimination on the normal equations.
@@ -30,6 +32,13 @@ MODELS = {
     "ckpt_commit": ("const", "ranks", "nodes", "tree_rtt"),
     "torch_last": ("const", "ranks", "ranks2"),                  # TCPStore + gloo's full mesh
 }
+# init_last by the library's design (`scale_model.py fit --init-model`):
+#   tail (from 2026-11-26 22:00, 09e8db5 and 9ea5960): no fence; the leaders connect while their
+#     nodes' ranks start, so after the last rank's main() come only its own init, its node's
+#     attach (waking the node's ranks) and at most one round of the last leaders' connections;
+#   grow (the libraries before, and fits one to four in docs/scale.md): work that grows with the
+#     ranks and nodes, and fence-like round trips up Slurm's tree.
+INIT_MODELS = {"tail": ("const", "per_node", "rtt"), "grow": ("const", "ranks", "nodes", "tree_rtt")}
 
 
 def levels(n):
@@ -39,7 +48,8 @@ def levels(n):
 
 def feature(term, ranks, nodes, rtt_ms):
     return {"const": 1.0, "ranks": float(ranks), "ranks2": float(ranks) ** 2, "nodes": float(nodes),
-            "tree_rtt": levels(nodes) * rtt_ms, "ring_rtt": (nodes if nodes > 1 else 0) * rtt_ms}[term]
+            "tree_rtt": levels(nodes) * rtt_ms, "ring_rtt": (nodes if nodes > 1 else 0) * rtt_ms,
+            "per_node": float(ranks) / nodes, "rtt": (1.0 if nodes > 1 else 0.0) * rtt_ms}[term]
 
 
 def solve(a, b):
@@ -136,25 +146,33 @@ def project(coef, terms, cores_here, ranks, root_serial=False):
             total += c * cores_here
         elif t == "nodes":    # a node's own daemon work, side by side on every node
             total += c * cores_here
+        elif t == "per_node":  # waking a node's ranks: here they share 2 cores, there each has one
+            total += c * cores_here
+        elif t == "rtt":
+            total += c * (REAL_RTT_MS + REAL_HOP_MS)
         elif t == "tree_rtt":  # c fence-equivalents, each climbing the tree: rtt + a hop's work per level
             total += c * levels(n) * (REAL_RTT_MS + REAL_HOP_MS)
         elif t == "ring_rtt":
             total += c * n * (REAL_RTT_MS + REAL_HOP_MS)
         elif t == "ranks2":   # one store serving every rank, every rank connecting to every rank: stays
             total += c * float(ranks) ** 2
+        else:
+            raise ValueError(f"no projection for the term '{t}'")
     return total / 1e3
 
 
-def fit_command(med, rtt, holdout, cores_here=2):
+def fit_command(med, rtt, holdout, cores_here=2, init_model="tail"):
+    models = dict(MODELS, init_last=INIT_MODELS[init_model])
     hold = held_out(holdout)
     status = 0
     rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
     print(f"model: least squares (relative, non-negative) per figure; held out: {holdout}")
     print(f"terms: const, ranks N, nodes n, tree_rtt = levels(n) x rtt (TreeWidth {TREE_WIDTH}), "
-          "ring_rtt = n x rtt, ranks2 = N^2")
+          "ring_rtt = n x rtt, ranks2 = N^2, per_node = N / n, rtt = a round trip (0 on one node); "
+          f"init_last: the '{init_model}' design")
     errors_all = []
     fitted = {}
-    for fig, terms in MODELS.items():
+    for fig, terms in models.items():
         pts = [(k, m[fig]) for k, m in med.items() if fig in m and k in rtt_ms]
         train = [(k, y) for k, y in pts if not hold(k)]
         test = [(k, y) for k, y in pts if hold(k)]
@@ -189,10 +207,10 @@ def fit_command(med, rtt, holdout, cores_here=2):
     print(f"{'figure':>14} " + " ".join(f"{r:>10}" for r in ("1k", "10k", "100k")))
     for fig in ("floor_last", "init_last", "uid_1root", "uid_roots256", "ckpt_commit", "torch_last"):
         if fig in fitted:
-            vals = [project(fitted[fig], MODELS[fig], cores_here, r) for r in (1024, 10240, 102400)]
+            vals = [project(fitted[fig], models[fig], cores_here, r) for r in (1024, 10240, 102400)]
             print(f"{fig:>14} " + " ".join(f"{v:10.2f}" for v in vals))
             if fig in ROOT_SERIAL:
-                vals = [project(fitted[fig], MODELS[fig], cores_here, r, True) for r in (1024, 10240, 102400)]
+                vals = [project(fitted[fig], models[fig], cores_here, r, True) for r in (1024, 10240, 102400)]
                 print(f"{'  root-serial':>14} " + " ".join(f"{v:10.2f}" for v in vals))
     for what, s in PUBLISHED.items():
         print(f"  published: {what}: ~{s:.0f} s")

@@ -2,7 +2,7 @@
 """Figures and model of benchmarks/scale.sh (docs/scale.md).
 
   scale_model.py summary RAW.tsv...     medians per point, ratios to the bare fence of the same point
-  scale_model.py fit RAW.tsv... [--holdout SPEC]
+  scale_model.py fit RAW.tsv... [--holdout SPEC] [--init-model tail|grow]
                                         fits the model on the points not held out, states its error
                                         on the held-out ones, projects to 1k/10k/100k ranks
 
@@ -101,12 +101,16 @@ def main():
     f.add_argument("--holdout", default="nodes>=16,ranks>=1024",
                    help="points the fit never sees: a comma list of conditions that each hold out points "
                         "(e.g. 'ranks>=1024' or 'nodes==8'); default %(default)s")
+    f.add_argument("--init-model", choices=("tail", "grow"), default="tail",
+                   help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
+                        "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
+                        "default %(default)s")
     args = ap.parse_args()
     if args.cmd == "summary":
         summary(args.raw)
     else:
         figures, rtt, load = read_raw(args.raw)
-        sys.exit(fit_command(medians(figures), rtt, args.holdout))
+        sys.exit(fit_command(medians(figures), rtt, args.holdout, init_model=args.init_model))
 
 
 if __name__ == "__main__":
