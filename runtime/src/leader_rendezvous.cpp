@@ -334,8 +334,9 @@ Blob fetch(const std::string& key, unsigned rank, const std::string& host, const
     }
     if (Clock::now() >= deadline) break;
     // The pause ends early when the peer, fetching ours, offers its blob to our server.
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::min<Clock::duration>(pause, deadline - Clock::now()));
+    // Rounded up: a wait cut to 0 would start a round with no time left, whose timed-out exchange
+    // would replace a more telling reason (another rank's answer) as the error's last problem.
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::min<Clock::duration>(pause, deadline - Clock::now()));
     if (mine) {
       if (auto offered = mine->mailbox().take(rank, wait)) return std::move(*offered);
     } else {

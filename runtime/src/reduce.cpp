@@ -15,7 +15,7 @@ template <typename T, typename Acc, typename Load, typename Store>
 void reduce_typed(const void* const* inputs, std::size_t n, void* out_v, std::size_t count, ReduceOp op,
                   std::size_t divisor, Load load, Store store) {
   T* out = static_cast<T*>(out_v);
-  Acc acc[kBlock];
+  alignas(64) Acc acc[kBlock];
   for (std::size_t base = 0; base < count; base += kBlock) {
     const std::size_t m = std::min(kBlock, count - base);
     const T* in0 = static_cast<const T*>(inputs[0]) + base;

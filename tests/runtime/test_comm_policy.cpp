@@ -214,6 +214,42 @@ TEST_CASE("ranks waiting for a late rank to attach sleep until it arrives, they 
   CHECK(out1 == std::vector<float>{11, 22});
 }
 
+double cpu_ms_of_this_thread() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+TEST_CASE("a rank waiting long in a collective sleeps, and its peer's arrival wakes it") {
+  // Yielding in a loop forever kept a core busy for the whole wait: with 64 ranks a node on a
+  // few cores, the waiting ranks took the CPU the late ones needed (docs/scale.md).
+  std::promise<bootstrap::Blob> name;
+  std::shared_future<bootstrap::Blob> got = name.get_future().share();
+  ThreadRank r0(0, got, &name), r1(1, got, nullptr);
+  CommOptions o;
+  o.timeout = std::chrono::seconds(20);
+  std::unique_ptr<Communicator> c0, c1;
+  std::thread t1([&] { c1 = make_shm_communicator(r1, o); });
+  c0 = make_shm_communicator(r0, o);
+  t1.join();
+  std::vector<float> a{1, 2}, b{10, 20}, out0(2), out1(2);
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    c1->allreduce(b.data(), out1.data(), 2, DType::F32, ReduceOp::Sum);
+  });
+  const double cpu_before = cpu_ms_of_this_thread();
+  const auto t0 = std::chrono::steady_clock::now();
+  c0->allreduce(a.data(), out0.data(), 2, DType::F32, ReduceOp::Sum);
+  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = cpu_ms_of_this_thread() - cpu_before;
+  late.join();
+  CHECK(out0 == std::vector<float>{11, 22});
+  CHECK(out1 == std::vector<float>{11, 22});
+  CHECK(waited_ms > 400);
+  CHECK(waited_ms < 5000);  // woken when rank 1 came, not at the timeout
+  CHECK(cpu < 150);         // yielding all the way used ~the whole 500 ms
+}
+
 TEST_CASE("device buckets need an NCCL communicator") {
   auto session = bootstrap::Session::single_process();
   auto comm = one_rank(*session);
