@@ -176,6 +176,18 @@ class ThreadRank final : public bootstrap::Session {
   std::promise<bootstrap::Blob>* give_;
 };
 
+// A node of two ranks, both threads of this process, with a timeout far beyond the tests' waits.
+struct ThreadNode {
+  std::promise<bootstrap::Blob> name;
+  std::shared_future<bootstrap::Blob> got = name.get_future().share();
+  ThreadRank r0{0, got, &name}, r1{1, got, nullptr};
+  CommOptions options = [] {
+    CommOptions o;
+    o.timeout = std::chrono::seconds(20);
+    return o;
+  }();
+};
+
 long voluntary_switches_of_this_thread() {
   rusage u{};
   ::getrusage(RUSAGE_THREAD, &u);
@@ -185,19 +197,15 @@ long voluntary_switches_of_this_thread() {
 TEST_CASE("ranks waiting for a late rank to attach sleep until it arrives, they do not poll") {
   // At start-up the first ranks of a node may wait seconds for the last; a wait that polls takes
   // the cores those still starting need (docs/scale.md). Rank 1 comes 400 ms late.
-  std::promise<bootstrap::Blob> name;
-  std::shared_future<bootstrap::Blob> got = name.get_future().share();
-  ThreadRank r0(0, got, &name), r1(1, got, nullptr);
-  CommOptions o;
-  o.timeout = std::chrono::seconds(20);
+  ThreadNode node;
   std::unique_ptr<Communicator> c1;
   std::thread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    c1 = make_shm_communicator(r1, o);
+    c1 = make_shm_communicator(node.r1, node.options);
   });
   const long switches_before = voluntary_switches_of_this_thread();
   const auto t0 = std::chrono::steady_clock::now();
-  auto c0 = make_shm_communicator(r0, o);
+  auto c0 = make_shm_communicator(node.r0, node.options);
   const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const long switches = voluntary_switches_of_this_thread() - switches_before;
   late.join();
@@ -223,14 +231,10 @@ double cpu_ms_of_this_thread() {
 TEST_CASE("a rank waiting long in a collective sleeps, and its peer's arrival wakes it") {
   // Yielding in a loop forever kept a core busy for the whole wait: with 64 ranks a node on a
   // few cores, the waiting ranks took the CPU the late ones needed (docs/scale.md).
-  std::promise<bootstrap::Blob> name;
-  std::shared_future<bootstrap::Blob> got = name.get_future().share();
-  ThreadRank r0(0, got, &name), r1(1, got, nullptr);
-  CommOptions o;
-  o.timeout = std::chrono::seconds(20);
+  ThreadNode node;
   std::unique_ptr<Communicator> c0, c1;
-  std::thread t1([&] { c1 = make_shm_communicator(r1, o); });
-  c0 = make_shm_communicator(r0, o);
+  std::thread t1([&] { c1 = make_shm_communicator(node.r1, node.options); });
+  c0 = make_shm_communicator(node.r0, node.options);
   t1.join();
   std::vector<float> a{1, 2}, b{10, 20}, out0(2), out1(2);
   std::thread late([&] {
