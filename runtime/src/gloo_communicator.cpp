@@ -213,7 +213,7 @@ class GlooCommunicator final : public HostCommunicator {
             const std::string key = fmt::format("{}/{}", session.job_id(), tag);
             const auto ports = rendezvous::candidate_ports(key, rendezvous::port_range_from_environment());
             // Served until this communicator goes: a peer may ask after this rank is connected.
-            if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports);
+            if (!want.empty()) server_ = std::make_unique<rendezvous::Server>(key, rank_, mine, ports, size_);
             std::vector<std::string> where;
             for (unsigned peer : want) where.push_back(hosts[peer]);
             std::vector<bootstrap::Blob> got = rendezvous::fetch_all(key, want, where, ports, options.timeout, server_.get());

@@ -94,8 +94,9 @@ class HierarchicalCommunicator final : public HostCommunicator {
       leaders_connecting = std::async(std::launch::async, [&] {
         return make_gloo_communicator(*leader_session_, options, {}, tag, GlooRendezvous::Tcp, GlooPeers::PowersOfTwo, names);
       });
-    // Every rank takes part in building its node's shared-memory group. (On a throw the future's
-    // destructor waits for the connecting thread, itself bounded by the timeout.)
+    // Every rank takes part in building its node's shared-memory group. (On a throw here the
+    // future's destructor waits for the connecting thread: its fetches and its connect are each
+    // bounded by the timeout, so a leader whose node failed reports it up to ~2x the timeout late.)
     local_ = make_shm_communicator(*local_session_, options);
     if (leaders_connecting.valid()) leaders_ = leaders_connecting.get();
     else if (leader_session_->is_member())

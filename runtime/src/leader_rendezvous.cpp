@@ -154,8 +154,8 @@ std::optional<Blob> Mailbox::take(unsigned rank, std::chrono::milliseconds wait)
   return blobs_.at(rank);
 }
 
-Server::Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports)
-    : key_(std::move(key)), rank_(rank), blob_(std::move(blob)) {
+Server::Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports, unsigned group_size)
+    : key_(std::move(key)), rank_(rank), blob_(std::move(blob)), group_size_(group_size) {
   if (key_.size() > kMaxKeyBytes || blob_.size() > kMaxBlobBytes)
     throw UsageError(fmt::format("a {}-byte key and {}-byte blob: the limits are {} and {}", key_.size(), blob_.size(),
                                  kMaxKeyBytes, kMaxBlobBytes),
@@ -241,7 +241,7 @@ void Server::answer(Fd c) {
   if (bytes > kMaxBlobBytes || (asker == kNoOffer && bytes != 0)) return;
   Blob offered(bytes);
   if (!recv_exact(c.get(), offered.data(), bytes, deadline).empty()) return;
-  if (asker != kNoOffer) mailbox_.put(asker, std::move(offered));
+  if (asker != kNoOffer && asker < group_size_ && asker != rank_) mailbox_.put(asker, std::move(offered));
   Blob reply = header(key_);
   put_u32(reply, rank_);
   put_u32(reply, static_cast<std::uint32_t>(blob_.size()));

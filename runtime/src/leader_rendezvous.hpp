@@ -61,10 +61,11 @@ class Mailbox {
 
 // Answers every request that carries `key` with (rank, blob), on the first candidate port it can
 // bind (every address of the node), from its own thread, until destroyed. What the askers offer
-// goes into its mailbox.
+// goes into its mailbox: one blob per rank of the group (ranks below `group_size`, this rank
+// excepted), so a stranger's claims cannot grow it; with group_size 0 no offer is kept.
 class Server {
  public:
-  Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports);
+  Server(std::string key, unsigned rank, Blob blob, const std::vector<std::uint16_t>& ports, unsigned group_size = 0);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -80,6 +81,7 @@ class Server {
   std::string key_;
   unsigned rank_;
   Blob blob_;
+  unsigned group_size_;
   Mailbox mailbox_;
   Fd listen_;
   Fd wake_;  // an eventfd: written once to stop the thread

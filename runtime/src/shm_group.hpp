@@ -16,6 +16,7 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstddef>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -75,6 +76,7 @@ struct alignas(64) RankControl {
   Descriptor desc[2];  // by sequence parity: a fast rank's next call never overwrites what a slow one reads
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free");
+static_assert(offsetof(RankControl, done) == 64 && offsetof(RankControl, failed) == 128, "one cache line per counter");
 
 struct Header {
   std::uint64_t magic;

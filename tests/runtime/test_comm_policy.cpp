@@ -196,28 +196,34 @@ long voluntary_switches_of_this_thread() {
 
 TEST_CASE("ranks waiting for a late rank to attach sleep until it arrives, they do not poll") {
   // At start-up the first ranks of a node may wait seconds for the last; a wait that polls takes
-  // the cores those still starting need (docs/scale.md). Rank 1 comes 400 ms late.
+  // the cores those still starting need (docs/scale.md). Rank 1 comes 300 ms late.
   ThreadNode node;
   std::unique_ptr<Communicator> c1;
-  std::thread late([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::chrono::steady_clock::time_point rank1_ready;
+  std::jthread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     c1 = make_shm_communicator(node.r1, node.options);
+    rank1_ready = std::chrono::steady_clock::now();
   });
   const long switches_before = voluntary_switches_of_this_thread();
   const auto t0 = std::chrono::steady_clock::now();
   auto c0 = make_shm_communicator(node.r0, node.options);
-  const double waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto rank0_ready = std::chrono::steady_clock::now();
+  const double waited_s = std::chrono::duration<double>(rank0_ready - t0).count();
   const long switches = voluntary_switches_of_this_thread() - switches_before;
   late.join();
-  CHECK(waited_s > 0.3);  // it did wait for rank 1
-  CHECK(waited_s < 5);    // and was woken, not left to the 20 s timeout
-  // Sleeping with a growing pause (the old wait) took ~200 switches over 400 ms.
+  CHECK(waited_s > 0.2);  // it did wait for rank 1
+  // Woken by rank 1's arrival: without the wake it would sleep out its 500 ms slice, ~200 ms
+  // after rank 1 was ready.
+  CHECK(std::chrono::duration<double, std::milli>(rank0_ready - rank1_ready).count() < 100);
+  // Sleeping with a growing pause (the old wait) took ~150 switches over 300 ms.
   CHECK(switches < 20);
   // The two made one working group.
   std::vector<float> a{1, 2}, b{10, 20}, out0(2), out1(2);
-  std::thread t1([&] { c1->allreduce(b.data(), out1.data(), 2, DType::F32, ReduceOp::Sum); });
-  c0->allreduce(a.data(), out0.data(), 2, DType::F32, ReduceOp::Sum);
-  t1.join();
+  {
+    std::jthread t1([&] { c1->allreduce(b.data(), out1.data(), 2, DType::F32, ReduceOp::Sum); });
+    c0->allreduce(a.data(), out0.data(), 2, DType::F32, ReduceOp::Sum);
+  }
   CHECK(out0 == std::vector<float>{11, 22});
   CHECK(out1 == std::vector<float>{11, 22});
 }
@@ -233,11 +239,13 @@ TEST_CASE("a rank waiting long in a collective sleeps, and its peer's arrival wa
   // few cores, the waiting ranks took the CPU the late ones needed (docs/scale.md).
   ThreadNode node;
   std::unique_ptr<Communicator> c0, c1;
-  std::thread t1([&] { c1 = make_shm_communicator(node.r1, node.options); });
-  c0 = make_shm_communicator(node.r0, node.options);
-  t1.join();
+  {
+    std::jthread t1([&] { c1 = make_shm_communicator(node.r1, node.options); });
+    c0 = make_shm_communicator(node.r0, node.options);
+  }
   std::vector<float> a{1, 2}, b{10, 20}, out0(2), out1(2);
-  std::thread late([&] {
+  // (Rank 0's wake itself is the attach test's: the same futex. This one proves the sleep.)
+  std::jthread late([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     c1->allreduce(b.data(), out1.data(), 2, DType::F32, ReduceOp::Sum);
   });

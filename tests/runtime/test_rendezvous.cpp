@@ -120,9 +120,9 @@ TEST_CASE("a peer that starts late is waited for") {
 
 TEST_CASE("a leader that asks offers its own blob: the peer it asked has it without asking back") {
   const auto ports = candidate_ports("job/i", own_range());
-  Server zero("job/i", 0, bytes("zero's"), ports);
+  Server zero("job/i", 0, bytes("zero's"), ports, 3);
   {
-    Server one("job/i", 1, bytes("one's"), ports);  // the next candidate: rank 0 holds the first
+    Server one("job/i", 1, bytes("one's"), ports, 3);  // the next candidate: rank 0 holds the first
     CHECK(fetch("job/i", 0, "localhost", ports, std::chrono::seconds(5), &one) == bytes("zero's"));
   }
   // Nobody serves rank 1 any more: rank 0 can only have what rank 1 offered when it asked.
@@ -134,10 +134,17 @@ TEST_CASE("a leader that asks offers its own blob: the peer it asked has it with
   auto waiting = std::async(std::launch::async, [&] { return fetch("job/i", 2, "localhost", ports, std::chrono::seconds(10), &zero); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   {
-    Server two("job/i", 2, bytes("two's"), ports);
+    Server two("job/i", 2, bytes("two's"), ports, 3);
     CHECK(fetch("job/i", 0, "localhost", ports, std::chrono::seconds(5), &two) == bytes("zero's"));
   }
   CHECK(waiting.get() == bytes("two's"));
+  // Offers from outside the group, or in this rank's own name, are not kept.
+  {
+    Server seven("job/i", 7, bytes("seven's"), ports, 8);
+    CHECK(fetch("job/i", 0, "localhost", ports, std::chrono::seconds(5), &seven) == bytes("zero's"));
+  }
+  CHECK(message([&] { fetch("job/i", 7, "localhost", ports, std::chrono::milliseconds(300), &zero); }).find("did not give") !=
+        std::string::npos);
 }
 
 TEST_CASE("nobody answering: an error naming the host, the ports and the last problem, after the timeout") {
