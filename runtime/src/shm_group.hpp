@@ -381,8 +381,8 @@ class ShmCommunicator final : public HostCommunicator {
   std::size_t slot_bytes_ = 0, ctl_offset_ = 0, slots_offset_ = 0, result_offset_ = 0, small_offset_ = 0, total_ = 0;
   unsigned spins_before_yield_ = 16;
   // How long a wait yields before it sleeps: longer than a phase of a large collective among ranks
-  // that all run (a sleeper's wake-up costs tens of us; sleeping after ~0.3 ms cost 1 MiB
-  // allreduces 20%), far shorter than the waits of ranks that share a few cores.
+  // that all run (a sleeper's wake-up costs tens of us), far shorter than the waits of ranks that
+  // share a few cores.
   static constexpr auto kYieldBeforeSleep = std::chrono::milliseconds(2);
   enum class SingleCopy { Unknown, Yes, No } single_copy_ = SingleCopy::Unknown;
   const std::uint64_t probe_ = kMagic;
