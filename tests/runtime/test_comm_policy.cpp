@@ -111,41 +111,6 @@ TEST_CASE("a shared-memory segment whose mapping fails is removed from /dev/shm"
   CHECK(my_segments() == before);
 }
 
-// Rank 0 of a two-rank node whose other rank never starts: the segment's name goes round (this
-// session answers at once), nobody else ever attaches.
-class PeerNeverComes final : public bootstrap::Session {
- public:
-  unsigned rank() const override { return 0; }
-  unsigned size() const override { return 2; }
-  unsigned local_rank() const override { return 0; }
-  unsigned local_size() const override { return 2; }
-  unsigned node_id() const override { return 0; }
-  std::vector<unsigned> local_peers() const override { return {0, 1}; }
-  std::vector<std::vector<unsigned>> ranks_by_node() override { return {{0, 1}}; }
-  std::string job_id() const override { return "one-missing"; }
-  bool is_single_process() const override { return false; }
-  std::vector<bootstrap::Blob> allgather(std::span<const std::uint8_t>) override { throw Error("no fence here", "test"); }
-  bootstrap::Blob broadcast(std::span<const std::uint8_t> data, unsigned) override { return {data.begin(), data.end()}; }
-  void barrier() override { throw Error("the node's group must not need a fence of the launcher", "test"); }
-  void publish(const std::string&, std::span<const std::uint8_t>) override {}
-  bootstrap::Blob lookup(unsigned, const std::string&) override { throw Error("no lookups here", "test"); }
-};
-
-TEST_CASE("a node's shared-memory group meets in its segment: a rank that never attaches is a timeout naming the count") {
-  PeerNeverComes session;
-  CommOptions o;
-  o.timeout = std::chrono::milliseconds(300);
-  const auto before = my_segments();
-  try {
-    make_shm_communicator(session, o);
-    FAIL("a group of two was built with one rank");
-  } catch (const PeerError& e) {
-    CHECK(e.kind() == FailureKind::Timeout);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("only 1 of the node's 2 ranks attached"));
-  }
-  CHECK(my_segments() == before);  // the name is gone on this way out too
-}
-
 // Two ranks of one node as two threads of this process: rank 0's broadcast hands the segment's
 // name to rank 1 through a promise.
 class ThreadRank final : public bootstrap::Session {
@@ -187,6 +152,22 @@ struct ThreadNode {
     return o;
   }();
 };
+
+TEST_CASE("a node's shared-memory group meets in its segment: a rank that never attaches is a timeout naming the count") {
+  // Rank 0 of a two-rank node whose rank 1 never starts: the segment's name goes round (its
+  // broadcast answers at once), nobody else ever attaches.
+  ThreadNode node;
+  node.options.timeout = std::chrono::milliseconds(300);
+  const auto before = my_segments();
+  try {
+    make_shm_communicator(node.r0, node.options);
+    FAIL("a group of two was built with one rank");
+  } catch (const PeerError& e) {
+    CHECK(e.kind() == FailureKind::Timeout);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("only 1 of the node's 2 ranks attached"));
+  }
+  CHECK(my_segments() == before);  // the name is gone on this way out too
+}
 
 long voluntary_switches_of_this_thread() {
   rusage u{};
