@@ -7,7 +7,7 @@
 // (module load, the scratch pool's creation, occupancy queries):
 //   per call  N calls back to back between two events: what a caller pays, the work each call
 //             does around its kernel included (a tensor table over 64 entries uploaded, l2_norm's
-//             table and counter always, scratch from the stream-ordered pool);
+//             counter memset, scratch from the stream-ordered pool);
 //   kernel    the kernel launch alone, between events the kernels record right before and after
 //             it (cuda::set_launch_events), summed over N calls: uploads and allocations left out.
 // "moved" counts every byte read plus every byte written, for the kernels and for the copy alike

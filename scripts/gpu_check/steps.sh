@@ -79,6 +79,12 @@ step_ncu() {
   else
     step_result ncu-table FAIL 0 "ncu's CSV could not be read: $(tail -1 "$logs/ncu-kernels.txt")"
   fi
+  # The kernels that missed their goals on the first run (the norm; the copy kernel, whose odd-tensor
+  # launches missed): speed of light, memory, occupancy and warp stalls, for the next change.
+  run_timed ncu-detail ncu-detail.txt 120 "$ncu" --clock-control none --kernel-name regex:'norm_kernel|copy_kernel' \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section LaunchStats \
+    "$build/$T_KERNELS_BENCH" --gpu --sizes "$ncu_size" --iters 1 || return
 }
 
 # compute-sanitizer, one row per TOOL:TARGET of --sanitize, in that order, each at most
