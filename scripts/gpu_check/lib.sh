@@ -94,8 +94,12 @@ write_report() {
     if [[ -f $carry/debs/MANIFEST.tsv ]]; then
       echo "## Carried packages"
       echo '```'
-      column -t -s $'\t' "$carry/debs/MANIFEST.tsv" 2>/dev/null | cut -c1-140
-      [[ -f $carry/CARRY.tsv ]] && column -t -s $'\t' "$carry/CARRY.tsv" | cut -c1-140
+      # The GPU machine has no column(1) (bsdextrautils): tabs stay tabs there.
+      local table
+      for table in "$carry/debs/MANIFEST.tsv" "$carry/CARRY.tsv"; do
+        [[ -f $table ]] || continue
+        if command -v column >/dev/null; then column -t -s $'\t' "$table"; else cat "$table"; fi | cut -c1-140
+      done
       echo '```'
     fi
     for f in build.log gpu-tests.log kernels-bench.log kernels-torch.log ncu-kernels.txt nccl-bench.log nccl-torch.log \
