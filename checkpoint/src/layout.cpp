@@ -2,7 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <system_error>
+#include <thread>
 
 #include "fingerprint.hpp"
 #include "geometry.hpp"
@@ -66,6 +72,50 @@ std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& 
     sum = fingerprint::add(sum, fingerprint::run(powers, data + at[0] * es, n * es, at[1] * es));
   });
   return sum;
+}
+
+std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where, const std::vector<std::int64_t>& shape,
+                                DType dtype, const std::byte* data, unsigned threads, std::uint64_t piece_bytes) {
+  std::uint64_t total = size_of(dtype);
+  for (auto d : shape) total *= static_cast<std::uint64_t>(d);
+  const std::uint64_t pieces = piece_bytes == 0 ? 0 : (total + piece_bytes - 1) / piece_bytes;
+  if (threads <= 1 || pieces < 2) return chunk_fingerprint(name, where, shape, dtype, data);
+  const fingerprint::Powers powers(fingerprint::point_for(name));
+  const ChunkBytes walk(where, shape, size_of(dtype));
+  std::atomic<std::uint64_t> next{0};
+  std::vector<std::uint64_t> sums(std::min<std::uint64_t>(threads, pieces), 0);
+  auto work = [&](std::size_t t) {
+    std::uint64_t sum = 0;
+    for (std::uint64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
+      const std::uint64_t local = k * piece_bytes;
+      const auto n = static_cast<std::size_t>(std::min(piece_bytes, total - local));
+      walk.map(local, reinterpret_cast<const std::uint8_t*>(data) + local, n,
+               [&](std::uint64_t global, const std::uint8_t* p, std::size_t m) {
+                 sum = fingerprint::add(sum, fingerprint::run(powers, p, m, global));
+               });
+    }
+    sums[t] = sum;
+  };
+  {
+    std::vector<std::jthread> helpers;
+    try {
+      for (std::size_t t = 1; t < sums.size(); ++t) helpers.emplace_back(work, t);
+    } catch (const std::system_error&) {  // no thread to be had: the started ones and this one finish
+    }
+    work(0);
+  }
+  std::uint64_t sum = 0;
+  for (auto s : sums) sum = fingerprint::add(sum, s);
+  return sum;
+}
+
+unsigned usable_cpus(unsigned cap) {
+  unsigned n = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<unsigned>(CPU_COUNT(&set));
+  if (n == 0) n = std::thread::hardware_concurrency();
+  return std::clamp(n, 1u, std::max(1u, cap));
 }
 
 std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data) {

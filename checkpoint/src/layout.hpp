@@ -26,6 +26,19 @@ std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data);
 std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where,
                                 const std::vector<std::int64_t>& shape, DType dtype, const std::byte* data);
 
+// The same share, the chunk's bytes cut into pieces of `piece_bytes` and summed on up to `threads`
+// threads: restore() verifies with the cores the rank may use while training waits. The sum is mod
+// p and linear in every byte, so any cut gives the value above. threads <= 1, or a chunk of one
+// piece: the one-thread walk. A thread that cannot start leaves its pieces to the others.
+constexpr std::uint64_t kFingerprintPiece = std::uint64_t{16} << 20;
+std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where,
+                                const std::vector<std::int64_t>& shape, DType dtype, const std::byte* data,
+                                unsigned threads, std::uint64_t piece_bytes = kFingerprintPiece);
+
+// The CPUs this process may run on (its affinity mask; the plugin binds a rank to its cores), at
+// most `cap`, at least 1.
+unsigned usable_cpus(unsigned cap);
+
 // A chunk's bytes walked in pieces, in the chunk's own order (as a shard stores it): where each
 // piece lands in the global tensor's row-major bytes. For verifying and exporting without
 // holding a whole chunk.

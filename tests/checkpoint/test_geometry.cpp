@@ -10,6 +10,7 @@
 
 #include "fingerprint.hpp"
 #include "geometry.hpp"
+#include "layout.hpp"
 
 using namespace trainrt::checkpoint;
 using geometry::Box;
@@ -230,4 +231,40 @@ TEST_CASE("fingerprint: runs of any length and start equal the definition", "[fi
     }
     CHECK(sum == want);
   }
+}
+
+TEST_CASE("fingerprint: a chunk summed in pieces on threads equals the one-thread walk", "[fingerprint]") {
+  std::mt19937_64 rng(5);
+  struct Case {
+    Dims global, offsets, shape;
+    trainrt::DType dtype;
+  };
+  // A strided 2-D chunk (runs of 997 f32, pieces cut inside runs and words), a 1-D bf16 chunk at
+  // an odd element offset, and a column of width 1 (runs of one element).
+  const std::vector<Case> cases{{{37, 1001}, {5, 3}, {20, 997}, trainrt::DType::F32},
+                                {{100003}, {7}, {99990}, trainrt::DType::BF16},
+                                {{300, 9}, {10, 4}, {250, 1}, trainrt::DType::F32}};
+  for (const auto& c : cases) {
+    std::uint64_t bytes = trainrt::size_of(c.dtype);
+    for (auto d : c.shape) bytes *= static_cast<std::uint64_t>(d);
+    std::vector<std::byte> data(bytes);
+    for (auto& b : data) b = static_cast<std::byte>(rng());
+    const format::Sharded where{c.global, c.offsets};
+    const std::uint64_t one = layout::chunk_fingerprint("t", where, c.shape, c.dtype, data.data());
+    CHECK(one != 0);
+    for (std::uint64_t piece : {std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{4096}, std::uint64_t{8191}, bytes - 1,
+                                bytes, bytes + 1})
+      for (unsigned threads : {1u, 2u, 3u, 8u}) {
+        INFO("bytes " << bytes << ", piece " << piece << ", threads " << threads);
+        CHECK(layout::chunk_fingerprint("t", where, c.shape, c.dtype, data.data(), threads, piece) == one);
+      }
+    // A flipped bit in the last piece changes the threaded sum as it changes the one-thread one.
+    data[bytes - 1] ^= std::byte{1};
+    const std::uint64_t flipped = layout::chunk_fingerprint("t", where, c.shape, c.dtype, data.data());
+    CHECK(flipped != one);
+    CHECK(layout::chunk_fingerprint("t", where, c.shape, c.dtype, data.data(), 4, 4096) == flipped);
+  }
+  CHECK(layout::usable_cpus(1) == 1);
+  CHECK(layout::usable_cpus(16) >= 1);
+  CHECK(layout::usable_cpus(16) <= 16);
 }
