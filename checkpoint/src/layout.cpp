@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <map>
 #include <system_error>
 #include <thread>
@@ -84,26 +85,34 @@ std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& 
   const ChunkBytes walk(where, shape, size_of(dtype));
   std::atomic<std::uint64_t> next{0};
   std::vector<std::uint64_t> sums(std::min<std::uint64_t>(threads, pieces), 0);
+  std::vector<std::exception_ptr> failed(sums.size());  // a helper's throw, rethrown here after the join
   auto work = [&](std::size_t t) {
-    std::uint64_t sum = 0;
-    for (std::uint64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
-      const std::uint64_t local = k * piece_bytes;
-      const auto n = static_cast<std::size_t>(std::min(piece_bytes, total - local));
-      walk.map(local, reinterpret_cast<const std::uint8_t*>(data) + local, n,
-               [&](std::uint64_t global, const std::uint8_t* p, std::size_t m) {
-                 sum = fingerprint::add(sum, fingerprint::run(powers, p, m, global));
-               });
+    try {
+      std::uint64_t sum = 0;
+      for (std::uint64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
+        const std::uint64_t local = k * piece_bytes;
+        const auto n = static_cast<std::size_t>(std::min(piece_bytes, total - local));
+        walk.map(local, reinterpret_cast<const std::uint8_t*>(data) + local, n,
+                 [&](std::uint64_t global, const std::uint8_t* p, std::size_t m) {
+                   sum = fingerprint::add(sum, fingerprint::run(powers, p, m, global));
+                 });
+      }
+      sums[t] = sum;
+    } catch (...) {
+      failed[t] = std::current_exception();
     }
-    sums[t] = sum;
   };
   {
     std::vector<std::jthread> helpers;
+    helpers.reserve(sums.size() - 1);
     try {
       for (std::size_t t = 1; t < sums.size(); ++t) helpers.emplace_back(work, t);
     } catch (const std::system_error&) {  // no thread to be had: the started ones and this one finish
     }
     work(0);
   }
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
   std::uint64_t sum = 0;
   for (auto s : sums) sum = fingerprint::add(sum, s);
   return sum;

@@ -120,6 +120,12 @@ void test_norms(Tally& tally, cudaStream_t s) {
   norm_case<std::uint16_t>(tally, s, "f16, odd ones +3 elements", DType::F16, half_tensors<std::uint16_t>(floats({5000, 70001, 9}, 9, 20.f), true), 3);
   // 64 Mi elements: 16384 chunks, many per block of the grid.
   norm_case<float>(tally, s, "one 256 MiB f32 tensor", DType::F32, floats({std::size_t{1} << 26}, 3, 1.f), 0);
+  // The descriptor table's edge (64 travel in the launch's parameters, 65 are uploaded), and an
+  // uploaded table with 4,900 chunks: the last block's 16-partial batches and their remainder.
+  norm_case<float>(tally, s, "f32, 64 tensors (inline table)", DType::F32, floats(std::vector<std::size_t>(64, 5000), 4, 1.f), 0);
+  norm_case<float>(tally, s, "f32, 65 tensors (uploaded table)", DType::F32, floats(std::vector<std::size_t>(65, 5000), 5, 1.f), 1);
+  norm_case<std::uint16_t>(tally, s, "bf16, 100 tensors of 49 chunks", DType::BF16,
+                           half_tensors<std::uint16_t>(floats(std::vector<std::size_t>(100, 200000), 6, 1.f), false), 0);
   norm_case<float>(tally, s, "no tensors", DType::F32, {}, 0);
   norm_case<float>(tally, s, "only empty tensors", DType::F32, {{}, {}}, 0);
 }
