@@ -38,7 +38,8 @@ done
 export TRAINRT_BUILD_DIR=$build TRAINRT_CLUSTER_DIR=/tmp/trainrt-recovery-bench TRAINRT_SLURMCTLD_PORT=7987 TRAINRT_SLURMD_PORT=7988
 export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
 work=$(mktemp -d /var/tmp/recovery-bench.XXXXXX)
-# KEEP=1 keeps the runs' folders (outputs, metrics) for a look afterwards.
+# KEEP=1 keeps the runs' folders (outputs, metrics) for a look afterwards; a round with a recovery
+# nobody caused keeps them too.
 # Jobs first: stopping the daemons alone leaves a running job's slurmstepd and trainers behind.
 # The memory tiers of the jobs submitted here go too: a job cut short leaves its tier, and the next
 # cluster numbers its jobs from 1 again (a stale tier of the same job id would pass for the new one's).
@@ -195,6 +196,8 @@ ok = "training finished" in final
 # nobody caused (a collective timing out under load), counted and shown.
 after = [l for l in rec if l["wall"] > kill_at]
 others = len(rec) - (1 if after else 0)
+if others or not after:  # a failure nobody caused: the shell prints its lines and keeps the run
+    open(f"{run}.unexpected", "w").write(f"{others}\n")
 if not after:
     print(f"{s:6} round {rnd}: no recovery after the {fault} (finished: {ok}, other recoveries {others})"); sys.exit(0)
 e = after[0]; p = e["phases"]; t = e["times"]
@@ -214,6 +217,12 @@ print(f"{s:6} round {rnd}: {fault} after step {killed_after} -> first step {row[
       f" first step {p['first_step_s']:.2f}); {e['kind']}, {e['moved_copies']} shards moved; tier/own on trt-n2 {mem_ratio};"
       f" finished {ok}; other recoveries {others}; final params vs uninterrupted: {equal}")
 PY
+  # Such a failure struck three rounds so far (2026-11-26, 11-27), never when looked for: keep what it left.
+  if [[ -f $run.unexpected ]]; then
+    echo "  $s round $round: a recovery nobody caused; its first error lines (the run is kept in $run):"
+    grep -m 8 -iE "error|timed out|timeout|verdict|failed" "$run.out" | cut -c1-300 | sed 's/^/    /'
+    KEEP=1
+  fi
 }
 
 for ((round = 0; round < reps; ++round)); do
