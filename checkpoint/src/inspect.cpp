@@ -101,9 +101,7 @@ std::vector<StepReport> inspect(const std::string& directory, const InspectOptio
             const fingerprint::Powers powers(fingerprint::point_for(e.name));
             std::uint64_t& sum = fingerprints[e.name];
             er.problem = reader.read_verified(e, piece.get(), true, [&](std::uint64_t at, const std::uint8_t* p, std::size_t n) {
-              map.map(at, p, n, [&](std::uint64_t global, const std::uint8_t* q, std::size_t m) {
-                sum = fingerprint::add(sum, fingerprint::run(powers, q, m, global));
-              });
+              sum = fingerprint::add(sum, map.fingerprint_terms(powers, at, p, n));
             });
           } else {
             er.problem = reader.read_verified(e, piece.get(), true);

@@ -92,10 +92,7 @@ std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& 
       for (std::uint64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < pieces;) {
         const std::uint64_t local = k * piece_bytes;
         const auto n = static_cast<std::size_t>(std::min(piece_bytes, total - local));
-        walk.map(local, reinterpret_cast<const std::uint8_t*>(data) + local, n,
-                 [&](std::uint64_t global, const std::uint8_t* p, std::size_t m) {
-                   sum = fingerprint::add(sum, fingerprint::run(powers, p, m, global));
-                 });
+        sum = fingerprint::add(sum, walk.fingerprint_terms(powers, local, reinterpret_cast<const std::uint8_t*>(data) + local, n));
       }
       sums[t] = sum;
     } catch (...) {
@@ -127,8 +124,8 @@ unsigned usable_cpus(unsigned cap) {
   return std::clamp(n, 1u, std::max(1u, cap));
 }
 
-std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data) {
-  return chunk_fingerprint(e.name, *e.shard, e.shape, e.dtype, data);
+std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data, unsigned threads) {
+  return chunk_fingerprint(e.name, *e.shard, e.shape, e.dtype, data, threads);
 }
 
 ChunkBytes::ChunkBytes(const format::Sharded& where, const std::vector<std::int64_t>& shape, std::size_t element_bytes)
@@ -148,6 +145,15 @@ void ChunkBytes::map(std::uint64_t local, const std::uint8_t* data, std::size_t 
     f(at[1] * es_ + into, data, take);
     local += take, data += take, n -= take;
   }
+}
+
+std::uint64_t ChunkBytes::fingerprint_terms(const fingerprint::Powers& powers, std::uint64_t local,
+                                            const std::uint8_t* data, std::size_t n) const {
+  std::uint64_t sum = 0;
+  map(local, data, n, [&](std::uint64_t global, const std::uint8_t* p, std::size_t m) {
+    sum = fingerprint::add(sum, fingerprint::run(powers, p, m, global));
+  });
+  return sum;
 }
 
 std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }

@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "fingerprint.hpp"
 #include "geometry.hpp"
 #include "manager_impl.hpp"
 
@@ -22,7 +23,8 @@ bootstrap::Blob mine(const std::vector<Entry>& entries);
 std::vector<format::TensorRecord> combine(const std::vector<bootstrap::Blob>& gathered, const char* when);
 
 // This rank's share of the fingerprint of `e`'s global tensor, its chunk's bytes at `data`.
-std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data);
+// `threads`: as the threaded overload below (restore passes the rank's CPUs; 1 is the one-thread walk).
+std::uint64_t chunk_fingerprint(const Entry& e, const std::byte* data, unsigned threads = 1);
 std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& where,
                                 const std::vector<std::int64_t>& shape, DType dtype, const std::byte* data);
 
@@ -49,6 +51,9 @@ class ChunkBytes {
   // sit at byte `local` of the chunk.
   void map(std::uint64_t local, const std::uint8_t* data, std::size_t n,
            const std::function<void(std::uint64_t, const std::uint8_t*, std::size_t)>& f) const;
+  // The fingerprint terms (mod p) of those `n` bytes, each part at its place in the global tensor.
+  std::uint64_t fingerprint_terms(const fingerprint::Powers& powers, std::uint64_t local, const std::uint8_t* data,
+                                  std::size_t n) const;
 
  private:
   geometry::Box chunk_, whole_;

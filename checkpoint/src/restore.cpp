@@ -153,7 +153,7 @@ std::string Manager::Impl::check_fingerprints(Candidate& c, const std::vector<fo
     for (auto& e : entries) {
       if (!e.shard || !c.manifest.tensor(e.name)) continue;
       const auto* data = reinterpret_cast<const std::byte*>(read_target(e, c, e.bytes));
-      mine[e.name] = layout::hex(layout::chunk_fingerprint(e.name, *e.shard, e.shape, e.dtype, data, threads));
+      mine[e.name] = layout::hex(layout::chunk_fingerprint(e, data, threads));
     }
   } catch (const std::exception& ex) {
     why = ex.what();

@@ -4,7 +4,6 @@
 // tensor sizes only; the grid-stride loops change which block computes a chunk, not how.
 #include <fmt/format.h>
 
-
 #include "cuda_common.cuh"
 
 namespace trainrt::kernels::cuda {
