@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -48,7 +49,7 @@ void Staging::release_anonymous() {
 std::string allocate_pages(int fd, std::uint64_t bytes) {
   // tmpfs gives pages on first touch, and one that cannot be had then is a SIGBUS. posix_fallocate
   // would fall back to writing zeros where fallocate is missing; fallocate itself says EOPNOTSUPP
-  // and the caller's MAP_POPULATE touches the pages either way.
+  // and map_populated touches the pages either way.
   if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return {};
   const int err = errno;
   if (err != EOPNOTSUPP) return fmt::format("cannot allocate {} bytes for the memory tier: {}", bytes, std::strerror(err));
@@ -57,11 +58,27 @@ std::string allocate_pages(int fd, std::uint64_t bytes) {
   return {};
 }
 
+void* map_populated(int fd, std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return p;
+  auto* base = static_cast<std::byte*>(p);
+  for (std::size_t at = 0; at < bytes; at += kPopulatePiece) {
+    if (::madvise(base + at, std::min(kPopulatePiece, bytes - at), MADV_POPULATE_WRITE) == 0) continue;
+    const int err = errno;
+    ::munmap(p, bytes);
+    // Kernels before 5.14 have no MADV_POPULATE_WRITE: the old way, lock held throughout.
+    if (err == EINVAL) return ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    errno = err;  // ENOMEM, EFAULT (a page tmpfs could not give): the mapping is not usable
+    return MAP_FAILED;
+  }
+  return p;
+}
+
 void Staging::map(Fd fd, std::size_t head, const std::string& path) {
   unmap();
   const std::size_t bytes = head + size_;
   if (std::string why = allocate_pages(fd.get(), bytes); !why.empty()) throw Error(why, path);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  void* p = map_populated(fd.get(), bytes);
   if (p == MAP_FAILED) throw Error(fmt::format("cannot map the memory tier file: {}", std::strerror(errno)), path);
   map_ = p;
   map_bytes_ = bytes;

@@ -15,9 +15,18 @@
 namespace trainrt::checkpoint {
 
 // Every page of the first `bytes` of a tmpfs file now (fallocate; ftruncate where it is not
-// supported, the pages then touched by MAP_POPULATE), so a full tmpfs is an error here and never
+// supported, the pages then touched by map_populated), so a full tmpfs is an error here and never
 // a SIGBUS in a later copy into its mapping: "" or why not.
 std::string allocate_pages(int fd, std::uint64_t bytes);
+
+// The first `bytes` of `fd` mapped shared, read-write, every page touched, in pieces of
+// kPopulatePiece: MAP_POPULATE would hold the process's mmap lock for the whole populate (0.4 s a
+// GiB on the 2-core VM, seconds with four ranks at it), and a tier mapped in the background then
+// stalled the training thread's next mmap/munmap that long: a peer's 2 s collective timeout fired
+// at the first step ("timed out after 2000 ms waiting for rank(s) 1", docs/recovery.md). MAP_FAILED
+// with errno, as mmap.
+inline constexpr std::size_t kPopulatePiece = std::size_t{8} << 20;
+void* map_populated(int fd, std::size_t bytes);
 
 class Staging {
  public:

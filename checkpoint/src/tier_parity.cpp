@@ -34,7 +34,7 @@ class XorTarget {
     // A page tmpfs could not give would be a SIGBUS inside an XOR; here it is an error, and the
     // step is not protected.
     if (std::string why = allocate_pages(fd_.get(), bytes); !why.empty()) throw Error(why, "memory tier parity");
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_.get(), 0);
+    void* p = map_populated(fd_.get(), bytes);
     if (p == MAP_FAILED) throw Error(fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
     map_ = static_cast<std::byte*>(p);
   }
