@@ -44,7 +44,7 @@ work=$(mktemp -d /var/tmp/recovery-bench.XXXXXX)
 # The memory tiers of the jobs submitted here go too: a job cut short leaves its tier, and the next
 # cluster numbers its jobs from 1 again (a stale tier of the same job id would pass for the new one's).
 submitted=""
-trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; for j in $submitted; do rm -rf "/dev/shm/trainrt-$(id -u)/job-$j"; done; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
+trap 'ip -n trt-n2 link set eth0 up 2>/dev/null; timeout 20 bash "$cluster" run scancel -u "$(id -un)" >/dev/null 2>&1; sleep 3; bash "$cluster" stop >/dev/null 2>&1; for j in $submitted; do rm -rf "$(tier_root)/job-$j"; done; [[ -n ${KEEP:-} ]] || rm -rf "$work"; rm -rf "$TRAINRT_CLUSTER_DIR"' EXIT
 cluster_nodes=3; [[ " $scenarios " == *" parity "* ]] && cluster_nodes=4
 bash "$cluster" start --mode live --nodes $cluster_nodes >/dev/null 2>"$work/start.log" || { cat "$work/start.log"; exit 1; }
 crun() { timeout 600 bash "$cluster" run "$@"; }
@@ -137,7 +137,7 @@ run_one() {  # run_one SCENARIO ROUND
     crun scancel "$jobid"; return
   fi
   local tiers mem own
-  tiers=$(echo /dev/shm/trainrt-0/job-"$jobid"/ckpt-*)
+  tiers=$(echo "$(tier_root)/job-$jobid"/ckpt-*)
   if [[ -d $tiers/trt-n2 ]]; then
     mem=$(du -sb --apparent-size "$tiers/trt-n2" | cut -f1)
     own=$(find "$tiers/trt-n2" -path '*/step_*/rank_0000[23].shard' -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}')

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
       t.directory = dir + "-tier";
       t.memory_tier.enabled = true;
       t.memory_tier.job = job;
-      tier_base = t.memory_tier.base;
+      tier_base = t.memory_tier.base.empty() ? checkpoint::default_tier_base() : t.memory_tier.base;
       tier_job = job;
       {  // tm's scope: the captures
       checkpoint::Manager tm(*session, t);

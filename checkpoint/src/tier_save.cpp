@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "buddy.hpp"
+#include "trainrt/checkpoint/memory_tier.hpp"
 #include "fingerprint.hpp"
 #include "layout.hpp"
 #include "manager_impl.hpp"
@@ -100,7 +101,7 @@ void Manager::Impl::ensure_tier() {
   const auto b = session.broadcast({reinterpret_cast<const std::uint8_t*>(token.data()), token.size()}, 0);
   token.assign(b.begin(), b.end());
   try {
-    tier.dir = tier::NodeDir::open(opts.memory_tier.base, tier.job, token, tier.node);
+    tier.dir = tier::NodeDir::open(opts.memory_tier.base.empty() ? default_tier_base() : opts.memory_tier.base, tier.job, token, tier.node);
   } catch (const Error& e) {
     turn_tier_off(e.what());
     return;

@@ -7,6 +7,7 @@
 //   trainrt-ckpt tier-clean --job ID | --finished [--keep ID] [--base DIR]
 //                                          remove this user's memory tiers on this node: one job's,
 //                                          or those of jobs Slurm says are over
+//   trainrt-ckpt tier-base                 the tmpfs the tiers live in by default on this node
 // Exit codes: 0 fine; 1 verify found the step it judges damaged or none committed; 2 bad input
 // (and any error at all: every exception ends in one line on stderr and exit 2; so does a step the
 // answer depends on that this user may not read: a permission error is never "absent").
@@ -161,14 +162,19 @@ int main(int argc, char** argv) {
   exporter->add_option("--tensor", tensor, "the sharded tensor's name (trainrt-ckpt list shows them)")->required();
   exporter->add_option("--step", step, "this step (default: the newest committed step that holds the tensor)");
   exporter->add_option("-o,--output", output, "the .npy file to create")->required();
-  std::string base = "/dev/shm", job, keep;
+  std::string base = default_tier_base(), job, keep;
   bool finished = false;
   auto* tier_clean = app.add_subcommand(
       "tier-clean",
       "remove this user's memory tiers (docs/checkpoint.md \"Memory tier\") on this node: --job ID's, or with\n"
       "--finished those of every job `scontrol show job` says is over; never another user's, never one a\n"
       "running process holds");
-  tier_clean->add_option("--base", base, "the tmpfs the tiers live in (default /dev/shm)");
+  tier_clean->add_option("--base", base,
+                         fmt::format("the tmpfs the tiers live in (default {} where it is a tmpfs of root's, else {}; "
+                                     "here: {})",
+                                     kHugePageTierBase, kFallbackTierBase, default_tier_base()));
+  auto* tier_base = app.add_subcommand(
+      "tier-base", "print the tmpfs this node's memory tiers live in by default, and why not the huge-page one if not");
   auto* job_opt = tier_clean->add_option("--job", job, "remove this job's tier");
   tier_clean->add_flag("--finished", finished, "remove the tiers of jobs Slurm says are over")->excludes(job_opt);
   tier_clean->add_option("--keep", keep, "with --finished: never this job's (the running one)");
@@ -181,6 +187,11 @@ int main(int argc, char** argv) {
     return kBadInput;
   }
   try {
+    if (tier_base->parsed()) {
+      fmt::print("{}\n", default_tier_base());
+      if (std::string why = tier_base_problem(kHugePageTierBase); !why.empty()) fmt::print(stderr, "trainrt-ckpt: {}\n", printable(why));
+      return 0;
+    }
     if (tier_clean->parsed()) {
       if (job.empty() && !finished) throw trainrt::UsageError("give --job ID or --finished", "tier-clean");
       const auto lines = finished ? remove_finished_memory_tiers(base, keep, slurm_job_finished) : remove_memory_tier(base, job);

@@ -24,6 +24,8 @@
 # --cpus C (live mode): every node claims C cores (config_overrides), so a node can take C tasks
 #       without srun --overcommit; the tasks still share this machine's real cores. For steps without
 #       --train-runtime: the plugin reads the live topology and refuses cores it does not have.
+# start mounts the memory tier's tmpfs (/run/trainrt, huge pages) as the Slurm package does at a
+#       node's boot, unless it is mounted or TRAINRT_TIER_MOUNT=0.
 # The single node is named after this host, so MASTER_ADDR resolves.
 # live: one node with this machine's real CPUs (slurmd -C) and no GPUs; tasks are really bound.
 # xml:  one node claiming the CPUs and GPUs of a real GPU server's topology file (default: Azure
@@ -190,6 +192,18 @@ make_namespaces() {  # make_namespaces N
 # neighbours were refused ("neighbor table overflow" in dmesg), SYNs went unsent and connections
 # stalled for 1, 3, 7 ... s of retries (docs/scale.md). Raised to room for two such clusters and the
 # host; never lowered (a higher cap only stops the drops), so it outlives stop.
+# The memory tier's huge-page tmpfs, as the Slurm package's boot unit mounts it on a real node
+# (spank_plugin/run-trainrt.mount.in, same options): jobs put their tiers there when it is mounted,
+# in /dev/shm otherwise (checkpoint::default_tier_base). Left mounted at stop, as on a node;
+# TRAINRT_TIER_MOUNT=0 leaves it out (the tiers then use /dev/shm).
+mount_memory_tier() {
+  local tier=/run/trainrt
+  [[ ${TRAINRT_TIER_MOUNT:-1} == 1 ]] && ! mountpoint -q "$tier" || return 0
+  mkdir -p "$tier"
+  mount -t tmpfs -o mode=1777,nosuid,nodev,huge=within_size,size=50% tmpfs "$tier" ||
+    log "could not mount the tier tmpfs $tier: memory tiers use /dev/shm"
+}
+
 raise_neighbour_limits() {
   local n=$1 need key
   need=$((2 * (n + 1) * (n + 1) + 1024))
@@ -250,6 +264,7 @@ cmd_start() {
   [[ $system_plugstack == 0 || -f /etc/slurm/plugstack.conf ]] || die "--system-plugstack: /etc/slurm/plugstack.conf is missing"
   install_packages
   cmd_stop
+  mount_memory_tier
   rm -rf "$dir"
   mkdir -p "$dir"/{state,munge,dev} && chmod 755 "$dir" "$dir/munge"
 

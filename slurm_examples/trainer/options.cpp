@@ -43,7 +43,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& o) {
   app.add_flag("--memory-tier", o.memory_tier,
                "keep every checkpoint in a tmpfs on each node and a buddy copy on another node too; a restart "
                "restores from memory when it can (docs/recovery.md)");
-  app.add_option("--memory-tier-dir", o.memory_tier_dir, "the tmpfs for --memory-tier (default /dev/shm)");
+  app.add_option("--memory-tier-dir", o.memory_tier_dir, "the tmpfs for --memory-tier (default /run/trainrt where the node mounts it, else /dev/shm: trainrt-ckpt tier-base)");
   app.add_option("--tier-parity", o.tier_parity,
                  "with --memory-tier: parity over groups of G nodes instead of buddy copies (host memory per node "
                  "1 + 1/(G-1) shards instead of 2; one lost node per group rebuilt; default 0: buddy copies)")

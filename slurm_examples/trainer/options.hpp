@@ -16,7 +16,7 @@ struct Fault {
 struct Options {
   std::uint64_t steps = 200, seed = 1, ckpt_every = 20;
   bool memory_tier = false;                  // keep checkpoints in memory too (docs/recovery.md)
-  std::string memory_tier_dir = "/dev/shm";  // a tmpfs on every node
+  std::string memory_tier_dir;  // a tmpfs on every node; "": checkpoint::default_tier_base()
   unsigned tier_parity = 0;                   // parity groups of this many nodes instead of buddy copies (0: buddies)
   std::uint64_t snapshot_every = 0;          // memory-tier snapshots between directory checkpoints (0: none)
   std::uint64_t ballast_mib = 0;             // extra checkpointed state for recovery benchmarks (ballast.hpp)

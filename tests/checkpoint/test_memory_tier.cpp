@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../../checkpoint/src/tier_dir.hpp"
+#include "trainrt/checkpoint/memory_tier.hpp"
 #include "fixture.hpp"
 
 using namespace trainrt;
@@ -350,4 +351,31 @@ TEST_CASE("two checkpoint directories in one job never see each other's memory t
   REQUIRE(b.restart() == -1);
   CHECK(b.holds(999));
   REQUIRE(a.restart() == 5);
+}
+
+TEST_CASE("the default tier base: the huge-page tmpfs where it qualifies, /dev/shm otherwise", "[memory_tier]") {
+  using checkpoint::tier_base_problem;
+  CHECK(tier_base_problem("/dev/shm") == "");  // root's tmpfs, 1777
+  const std::string dir = fmt::format("/dev/shm/trainrt-test-{}-base", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directory(dir);
+  ::chmod(dir.c_str(), 0777);  // writable by all, no sticky bit: anyone could rename another's folder
+  const std::string open_dir = tier_base_problem(dir);
+  ::chmod(dir.c_str(), 01777);
+  const std::string sticky = tier_base_problem(dir);
+  fs::create_directory_symlink("/dev/shm", dir + "/link");
+  const std::string link = tier_base_problem(dir + "/link");
+  fs::remove_all(dir);
+  if (::geteuid() == 0) {
+    CHECK(open_dir.find("writable by others without the sticky bit (mode 777)") != std::string::npos);
+    CHECK(sticky == "");
+  } else {
+    CHECK(sticky.find("not root") != std::string::npos);  // a user's own folder is no system base
+  }
+  CHECK(link.find("not a directory") != std::string::npos);  // never through a symlink
+  CHECK(tier_base_problem("/proc").find("not a tmpfs") != std::string::npos);
+  CHECK(tier_base_problem("/no/such/base").find("No such file") != std::string::npos);
+  const std::string expected = tier_base_problem(checkpoint::kHugePageTierBase).empty() ? checkpoint::kHugePageTierBase
+                                                                                      : checkpoint::kFallbackTierBase;
+  CHECK(checkpoint::default_tier_base() == expected);
 }

@@ -61,7 +61,7 @@ run_case() {  # run_case NAME [command run while frozen...]
   if ! freeze_when_protected "$jobid" 40 $all; then
     fail "$name: no complete snapshot of step 40 or later in the memory tier" "$(tail -5 "$work/$name.out")"; return 1
   fi
-  tiers=$(echo "$tier_root/job-$jobid"/ckpt-*)
+  tiers=$(echo "$(tier_root)/job-$jobid"/ckpt-*)
   "$@"
   if [[ $fault == kill ]]; then
     rm -rf "$tiers/trt-n2"               # the lost node's memory goes with it
@@ -84,7 +84,7 @@ run_case() {  # run_case NAME [command run while frozen...]
   wait_for_job_end "$jobid"
   out=$(cat "$work/$name.out")
   echo "$out" | recovery_lines | sed 's/^/  | /'
-  job_tier=$tier_root/job-$jobid
+  job_tier=$(tier_root)/job-$jobid
 }
 phases() {  # phases EVENT FAULT: the time from the fault to the first step, and the recovery's phases
   python3 -c "

@@ -21,7 +21,8 @@ start_recovery_cluster() {
 
 crun() { timeout 300 bash "$cluster" run "$@"; }
 final() { grep -o "FINAL step [0-9]* loss [0-9.]* params [0-9a-f]*" | head -1; }
-tier_root=/dev/shm/trainrt-$(id -u)
+# This user's memory tiers: under /run/trainrt where the cluster mounted it (huge pages), else /dev/shm.
+tier_root() { echo "$("$tool" tier-base 2>/dev/null)/trainrt-$(id -u)"; }
 
 # PIDs of job $1's trainer processes on node $2 (every process of the node's step). The environment
 # is read whole first: `tr | grep -q` under pipefail fails whenever grep's early exit cuts tr off
@@ -73,7 +74,7 @@ recovery_lines() {
 # (docs/recovery.md "Windows"): a kill meant to land on a protected step waits for this.
 tier_step_complete() {
   local job=$1 at=$2 protection=$3 nodes=$4 tiers step n f prev ok
-  tiers=$(echo "$tier_root/job-$job"/ckpt-*)
+  tiers=$(echo "$(tier_root)/job-$job"/ckpt-*)
   for step in $(ls "$tiers/trt-n1" 2>/dev/null | grep -E '^step_[0-9]+$' | sort -r); do
     (( 10#${step#step_} >= at )) || return 1
     ok=1

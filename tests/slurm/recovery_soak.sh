@@ -90,7 +90,7 @@ for ((i = first_round; i <= rounds; i++)); do
   killed_after=$(steps_done)
   kill_at=$(date +%s.%N)
   case $fault in
-    lost | double) kill -KILL $victims 2>/dev/null; rm -rf "$tier_root/job-$jobid"/ckpt-*/"$victim" ;;
+    lost | double) kill -KILL $victims 2>/dev/null; rm -rf "$(tier_root)/job-$jobid"/ckpt-*/"$victim" ;;
     kill) kill -KILL $victims 2>/dev/null ;;
     link) ip -n "$victim" link set eth0 down ;;
   esac
@@ -115,7 +115,7 @@ for ((i = first_round; i <= rounds; i++)); do
     if spare_pids=$(wait_for_trainers "$jobid" 2 trt-n3); then
       sleep "$second"
       if kill -KILL $spare_pids 2>/dev/null; then
-        rm -rf "$tier_root/job-$jobid"/ckpt-*/trt-n3
+        rm -rf "$(tier_root)/job-$jobid"/ckpt-*/trt-n3
         second=" and trt-n3 +$second s after its trainers started"
       else  # the run was done before the second fault: judged as one fault
         fault=lost second=" (the run ended before trt-n3's +$second s)"
@@ -131,7 +131,7 @@ for ((i = first_round; i <= rounds; i++)); do
   wait_for_job_end "$jobid"
   out=$(cat "$work/$name.out")
   event=$(grep '"event":"recovery"' "$metrics" 2>/dev/null | tail -1)
-  [[ $fault == link ]] && rm -rf "$tier_root/job-$jobid"  # the cut-off node's part (the next job there cleans it)
+  [[ $fault == link ]] && rm -rf "$(tier_root)/job-$jobid"  # the cut-off node's part (the next job there cleans it)
   what="round $i: $fault $victim ($protection) after step $killed_after (+$pause s)$second${stacks:+ (survivors alive 1.5 s after the kill: their stacks in $stacks-PID.txt)}"
   if [[ -z $event ]]; then
     outcome="no recovery"
@@ -151,11 +151,11 @@ print('step %s restored from %s, %.2f s from the fault to the first step (detect
     kept=0
     [[ $(final <<<"$out") == "$ref" ]] && kept=1
   fi
-  if grep -q '^training finished' <<<"$out" && (( kept )) && [[ -n $event ]] && [[ ! -e $tier_root/job-$jobid ]]; then
+  if grep -q '^training finished' <<<"$out" && (( kept )) && [[ -n $event ]] && [[ ! -e $(tier_root)/job-$jobid ]]; then
     pass "$what: $outcome, $([[ $fault == double ]] && echo "shrunk to 2 ranks, step $steps reached" || echo "final params bitwise equal")"
     sources+=("$(grep -o '"restore_source":"[a-z]*"' <<<"$event" | cut -d'"' -f4)")
   else
-    fail "$what: $outcome" "final '$(final <<<"$out")', tier left: $(ls -d "$tier_root/job-$jobid" 2>/dev/null)" \
+    fail "$what: $outcome" "final '$(final <<<"$out")', tier left: $(ls -d "$(tier_root)/job-$jobid" 2>/dev/null)" \
       "$(recovery_lines <<<"$out" | tail -20)"
     cp "$work/$name.out" "/tmp/recovery-soak-$seed-$name.out" 2>/dev/null && echo "  (output kept: /tmp/recovery-soak-$seed-$name.out)"
   fi

@@ -31,7 +31,7 @@ namespace trainrt::checkpoint {
 // rank can get verified from memory (its node's copy, else a buddy's) before the directory.
 struct MemoryTier {
   bool enabled = false;
-  std::string base = "/dev/shm";  // a tmpfs on each node
+  std::string base;               // a tmpfs on each node; "": default_tier_base() (memory_tier.hpp)
   std::string job;                // "": $SLURM_JOB_ID (the tier outlives a step, not the job)
   std::string node;               // "": $SLURMD_NODENAME, else the host name; ranks that share it share the tier
   bool buddies = true;            // copy every shard to a rank on another node (none with one node)

@@ -11,6 +11,16 @@
 
 namespace trainrt::checkpoint {
 
+// The tmpfs a node's tiers live in when none is named: kHugePageTierBase where it is a tmpfs of
+// its own (root's; writable by all only with the sticky bit), mounted with huge pages by the
+// Slurm package's boot unit (docs/checkpoint.md "Memory tier"), else kFallbackTierBase.
+inline constexpr const char* kHugePageTierBase = "/run/trainrt";
+inline constexpr const char* kFallbackTierBase = "/dev/shm";
+std::string default_tier_base();
+// Why `path` is no tier base ("" when it is one): missing, a symlink, not a directory, not a
+// tmpfs, not root's, or writable by others without the sticky bit.
+std::string tier_base_problem(const std::string& path);
+
 // Removes this user's memory tier of `job` under `base` on this machine. One line per thing done
 // or left (in use, not ours). Throws UsageError for a job that is not a file name.
 std::vector<std::string> remove_memory_tier(const std::string& base, const std::string& job);
