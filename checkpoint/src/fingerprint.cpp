@@ -26,24 +26,35 @@ inline u64 load(const unsigned char* p) {
   return w;
 }
 
-// sum over k < n of word(k) * r^k for n whole words, by Horner's rule on four interleaved lanes
-// (lane l holds the words k = 4j + l and steps by r^4), so four multiplications are in flight.
+// sum over k < n of word(k) * r^k for n whole words. Blocks of kBlockWords words, by Horner's rule
+// from the last block (acc = acc * r^B + the block's sum); inside a block each word is multiplied
+// by its own power r^i, so no multiplication waits for another (1.4x the four-lane Horner of before
+// on the 2-core VM: 13.3 against 9.3 GB/s in a scratch program). A lane sums 8 products of
+// (< 2^61 + 8) * (< 2^61): under 2^125, what partial() takes.
 u64 words(const Powers& pw, const unsigned char* bytes, u64 n) {
-  const u64 r = pw.r(), r2 = mul(r, r), r3 = mul(r2, r), r4 = mul(r2, r2);
-  const u64 blocks = n / 4;
-  u64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // each < 2^62 between steps
+  constexpr unsigned B = Powers::kBlockWords;
+  static_assert(B % 4 == 0 && B / 4 <= 8);
+  const u64* R = pw.block();
+  const u64 step = pw.block_step();
+  const u64 blocks = n / B;
+  u64 acc = 0;  // < 2^62 + 16 between blocks
   for (u64 j = blocks; j-- > 0;) {
-    const unsigned char* p = bytes + 32 * j;
-    a0 = partial(static_cast<u128>(a0) * r4) + partial64(load(p));
-    a1 = partial(static_cast<u128>(a1) * r4) + partial64(load(p + 8));
-    a2 = partial(static_cast<u128>(a2) * r4) + partial64(load(p + 16));
-    a3 = partial(static_cast<u128>(a3) * r4) + partial64(load(p + 24));
+    const unsigned char* p = bytes + 8 * B * j;
+    u128 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (unsigned i = 0; i < B; i += 4) {
+      s0 += static_cast<u128>(partial64(load(p + 8 * i))) * R[i];
+      s1 += static_cast<u128>(partial64(load(p + 8 * i + 8))) * R[i + 1];
+      s2 += static_cast<u128>(partial64(load(p + 8 * i + 16))) * R[i + 2];
+      s3 += static_cast<u128>(partial64(load(p + 8 * i + 24))) * R[i + 3];
+    }
+    const u64 block = partial(s0) + partial(s1) + partial(s2) + partial(s3);  // < 2^63
+    acc = partial(static_cast<u128>(acc) * step) + partial64(block);
   }
-  u64 sum = add(add(full(a0), mul(r, full(a1))), add(mul(r2, full(a2)), mul(r3, full(a3))));
-  u64 power = pw.pow(4 * blocks);
-  for (u64 k = 4 * blocks; k < n; ++k) {
+  u64 sum = full(acc);
+  u64 power = pw.pow(B * blocks);
+  for (u64 k = B * blocks; k < n; ++k) {
     sum = add(sum, mul(full(load(bytes + 8 * k)), power));
-    power = mul(power, r);
+    power = mul(power, pw.r());
   }
   return sum;
 }
@@ -73,6 +84,9 @@ u64 point_for(std::string_view tensor_name) {
 Powers::Powers(u64 r) {
   squares_[0] = r;
   for (int i = 1; i < 64; ++i) squares_[i] = mul(squares_[i - 1], squares_[i - 1]);
+  block_[0] = 1;
+  for (unsigned i = 1; i < kBlockWords; ++i) block_[i] = mul(block_[i - 1], r);
+  block_step_ = mul(block_[kBlockWords - 1], r);
 }
 
 u64 Powers::pow(u64 e) const {

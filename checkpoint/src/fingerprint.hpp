@@ -32,12 +32,18 @@ std::uint64_t point_for(std::string_view tensor_name);
 // Powers of r by repeated squaring, for the start of each run.
 class Powers {
  public:
+  // Words summed as a block against r^0..r^(kBlockWords - 1), no chain between them (run()).
+  static constexpr unsigned kBlockWords = 32;
   explicit Powers(std::uint64_t r);
   std::uint64_t r() const { return squares_[0]; }
-  std::uint64_t pow(std::uint64_t e) const;  // r^e mod p
+  std::uint64_t pow(std::uint64_t e) const;               // r^e mod p
+  const std::uint64_t* block() const { return block_; }   // r^i, i < kBlockWords
+  std::uint64_t block_step() const { return block_step_; }  // r^kBlockWords
 
  private:
   std::uint64_t squares_[64];  // r^(2^i)
+  std::uint64_t block_[kBlockWords];
+  std::uint64_t block_step_;
 };
 
 // The terms of `bytes` bytes at `data` that sit at global byte offset `first_byte` of the tensor.

@@ -208,8 +208,14 @@ TEST_CASE("fingerprint: every split of a tensor gives the same value; misplaceme
 TEST_CASE("fingerprint: runs of any length and start equal the definition", "[fingerprint]") {
   fingerprint::Powers pw(fingerprint::point_for("t"));
   std::mt19937_64 rng(11);
-  std::vector<unsigned char> tensor(301);
+  // 301 bytes: runs shorter than a block of Powers::kBlockWords words; 4,099: runs of several
+  // blocks, half the words all ones (the largest products the block sums hold).
+  const std::size_t size = GENERATE(std::size_t{301}, std::size_t{4099});
+  std::vector<unsigned char> tensor(size);
   for (auto& b : tensor) b = static_cast<unsigned char>(rng());
+  if (size > 301)
+    for (std::size_t i = 0; i < size; ++i)
+      if ((i / 8) % 2 == 0) tensor[i] = 0xff;
   auto word = [&](std::uint64_t m) {  // c_m, zero-padded past the end
     std::uint64_t w = 0;
     for (unsigned i = 0; i < 8 && 8 * m + i < tensor.size(); ++i) w |= std::uint64_t{tensor[8 * m + i]} << (8 * i);
