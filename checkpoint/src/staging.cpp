@@ -12,6 +12,10 @@
 
 #include "trainrt/error.hpp"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; headers before glibc 2.35 lack the name
+#endif
+
 namespace trainrt::checkpoint {
 
 template <class T>

@@ -200,8 +200,10 @@ mount_memory_tier() {
   local tier=/run/trainrt
   [[ ${TRAINRT_TIER_MOUNT:-1} == 1 ]] && ! mountpoint -q "$tier" || return 0
   mkdir -p "$tier"
-  mount -t tmpfs -o mode=1777,nosuid,nodev,huge=within_size,size=50% tmpfs "$tier" ||
+  if ! mount -t tmpfs -o mode=1777,nosuid,nodev,huge=within_size,size=50% tmpfs "$tier"; then
+    rmdir "$tier" 2>/dev/null || true  # a bare folder is no tier base either (not a mount of its own)
     log "could not mount the tier tmpfs $tier: memory tiers use /dev/shm"
+  fi
 }
 
 raise_neighbour_limits() {

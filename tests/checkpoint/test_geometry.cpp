@@ -239,6 +239,28 @@ TEST_CASE("fingerprint: runs of any length and start equal the definition", "[fi
   }
 }
 
+// The block sums add 8 products a lane: with words of all ones and r near p (point_for can give
+// p - 1) they pass 2^125, where a 64-bit fold wraps (found in review: r = p - 1 gave a wrong value).
+TEST_CASE("fingerprint: the largest words and points equal the definition", "[fingerprint]") {
+  std::vector<unsigned char> tensor(8 * 200 + 5, 0xff);
+  std::mt19937_64 rng(5);
+  for (std::size_t i = 8 * 150; i < tensor.size(); ++i) tensor[i] = static_cast<unsigned char>(rng());
+  for (std::uint64_t r : {fingerprint::kPrime - 1, fingerprint::kPrime - 2, std::uint64_t{2}, std::uint64_t{1486115343427298950},
+                          fingerprint::point_for("w")}) {
+    fingerprint::Powers pw(r);
+    std::uint64_t want = 0;
+    for (std::uint64_t m = 0; 8 * m < tensor.size(); ++m) {
+      std::uint64_t w = 0;
+      for (unsigned i = 0; i < 8 && 8 * m + i < tensor.size(); ++i) w |= std::uint64_t{tensor[8 * m + i]} << (8 * i);
+      want = fingerprint::add(want, fingerprint::mul(w % fingerprint::kPrime, pw.pow(m)));
+    }
+    INFO("r = " << r);
+    CHECK(fingerprint::run(pw, tensor.data(), tensor.size(), 0) == want);
+    CHECK(fingerprint::add(fingerprint::run(pw, tensor.data(), 8 * 64 + 3, 0),
+                           fingerprint::run(pw, tensor.data() + 8 * 64 + 3, tensor.size() - 8 * 64 - 3, 8 * 64 + 3)) == want);
+  }
+}
+
 TEST_CASE("fingerprint: a chunk summed in pieces on threads equals the one-thread walk", "[fingerprint]") {
   std::mt19937_64 rng(5);
   struct Case {

@@ -355,27 +355,37 @@ TEST_CASE("two checkpoint directories in one job never see each other's memory t
 
 TEST_CASE("the default tier base: the huge-page tmpfs where it qualifies, /dev/shm otherwise", "[memory_tier]") {
   using checkpoint::tier_base_problem;
-  CHECK(tier_base_problem("/dev/shm") == "");  // root's tmpfs, 1777
+  CHECK(tier_base_problem("/dev/shm") == "");  // root's tmpfs, mounted there, 1777
+  // A folder inside a tmpfs, even root's and sticky: what a failed mount leaves in /run.
   const std::string dir = fmt::format("/dev/shm/trainrt-test-{}-base", ::getpid());
   fs::remove_all(dir);
   fs::create_directory(dir);
-  ::chmod(dir.c_str(), 0777);  // writable by all, no sticky bit: anyone could rename another's folder
-  const std::string open_dir = tier_base_problem(dir);
   ::chmod(dir.c_str(), 01777);
-  const std::string sticky = tier_base_problem(dir);
+  const std::string inner = tier_base_problem(dir);
   fs::create_directory_symlink("/dev/shm", dir + "/link");
   const std::string link = tier_base_problem(dir + "/link");
   fs::remove_all(dir);
-  if (::geteuid() == 0) {
-    CHECK(open_dir.find("writable by others without the sticky bit (mode 777)") != std::string::npos);
-    CHECK(sticky == "");
-  } else {
-    CHECK(sticky.find("not root") != std::string::npos);  // a user's own folder is no system base
-  }
+  CHECK(inner.find("not a mount of its own") != std::string::npos);
   CHECK(link.find("not a directory") != std::string::npos);  // never through a symlink
   CHECK(tier_base_problem("/proc").find("not a tmpfs") != std::string::npos);
   CHECK(tier_base_problem("/no/such/base").find("No such file") != std::string::npos);
   const std::string expected = tier_base_problem(checkpoint::kHugePageTierBase).empty() ? checkpoint::kHugePageTierBase
                                                                                       : checkpoint::kFallbackTierBase;
   CHECK(checkpoint::default_tier_base() == expected);
+
+  // The rules on the facts, every one alone.
+  checkpoint::TierBaseFacts ok{true, true, true, 0, S_IFDIR | 01777};
+  CHECK(checkpoint::judge_tier_base("/b", ok) == "");
+  auto with = [&](auto change) {
+    auto f = ok;
+    change(f);
+    return checkpoint::judge_tier_base("/b", f);
+  };
+  CHECK(with([](auto& f) { f.mode = S_IFDIR | 0755; }) == "");  // root's alone: no sticky bit needed
+  CHECK(with([](auto& f) { f.mode = S_IFDIR | 0777; }) == "/b: writable by others without the sticky bit (mode 777)");
+  CHECK(with([](auto& f) { f.mode = S_IFDIR | 0775; }) == "/b: writable by others without the sticky bit (mode 775)");
+  CHECK(with([](auto& f) { f.uid = 1000; }) == "/b: owned by uid 1000, not root");
+  CHECK(with([](auto& f) { f.own_mount = false; }) == "/b: not a mount of its own");
+  CHECK(with([](auto& f) { f.tmpfs = false; }) == "/b: not a tmpfs");
+  CHECK(with([](auto& f) { f.directory = false; }) == "/b: not a directory");
 }

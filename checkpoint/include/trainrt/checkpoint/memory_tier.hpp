@@ -18,8 +18,15 @@ inline constexpr const char* kHugePageTierBase = "/run/trainrt";
 inline constexpr const char* kFallbackTierBase = "/dev/shm";
 std::string default_tier_base();
 // Why `path` is no tier base ("" when it is one): missing, a symlink, not a directory, not a
-// tmpfs, not root's, or writable by others without the sticky bit.
+// tmpfs mounted there (a folder inside another tmpfs is not one), not root's, or writable by
+// others without the sticky bit.
 std::string tier_base_problem(const std::string& path);
+// The same rules on what lstat and statfs said of `path`.
+struct TierBaseFacts {
+  bool directory = false, tmpfs = false, own_mount = false;
+  unsigned uid = 0, mode = 0;
+};
+std::string judge_tier_base(const std::string& path, const TierBaseFacts& facts);
 
 // Removes this user's memory tier of `job` under `base` on this machine. One line per thing done
 // or left (in use, not ours). Throws UsageError for a job that is not a file name.
