@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
       t.directory = dir + "-tier";
       t.memory_tier.enabled = true;
       t.memory_tier.job = job;
-      tier_base = t.memory_tier.base.empty() ? checkpoint::default_tier_base() : t.memory_tier.base;
+      t.memory_tier.base = checkpoint::default_tier_base();  // named here, so the files below are found
+      tier_base = t.memory_tier.base;
       tier_job = job;
       {  // tm's scope: the captures
       checkpoint::Manager tm(*session, t);

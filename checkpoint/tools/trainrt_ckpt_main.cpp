@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   exporter->add_option("--tensor", tensor, "the sharded tensor's name (trainrt-ckpt list shows them)")->required();
   exporter->add_option("--step", step, "this step (default: the newest committed step that holds the tensor)");
   exporter->add_option("-o,--output", output, "the .npy file to create")->required();
-  std::string base = default_tier_base(), job, keep;
+  const std::string here = default_tier_base();
+  std::string base = here, job, keep;
   bool finished = false;
   auto* tier_clean = app.add_subcommand(
       "tier-clean",
@@ -170,9 +171,9 @@ int main(int argc, char** argv) {
       "--finished those of every job `scontrol show job` says is over; never another user's, never one a\n"
       "running process holds");
   tier_clean->add_option("--base", base,
-                         fmt::format("the tmpfs the tiers live in (default {} where it is a tmpfs of root's, else {}; "
+                         fmt::format("the tmpfs the tiers live in (default {} where a tmpfs of root's is mounted there, else {}; "
                                      "here: {})",
-                                     kHugePageTierBase, kFallbackTierBase, default_tier_base()));
+                                     kHugePageTierBase, kFallbackTierBase, here));
   auto* tier_base = app.add_subcommand(
       "tier-base", "print the tmpfs this node's memory tiers live in by default, and why not the huge-page one if not");
   auto* job_opt = tier_clean->add_option("--job", job, "remove this job's tier");
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (tier_base->parsed()) {
-      fmt::print("{}\n", default_tier_base());
+      fmt::print("{}\n", here);
       if (std::string why = tier_base_problem(kHugePageTierBase); !why.empty()) fmt::print(stderr, "trainrt-ckpt: {}\n", printable(why));
       return 0;
     }
