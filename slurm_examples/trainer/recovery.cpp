@@ -42,7 +42,7 @@ std::optional<ScriptTimes> script_times_from_env() {
   return s;
 }
 
-std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double first_step_done) {
+std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double first_step_done, bool no_step_left) {
   using nlohmann::json;
   // Each phase ends where the next begins, so they add up to the whole.
   json phases = {{"detection_s", s.detected_at - s.failed_at},
@@ -62,6 +62,7 @@ std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double 
             {"restore_source", t.source},
             {"moved_copies", t.moved_copies},
             {"fallbacks", t.fallbacks},
+            {"no_step_left", no_step_left},
             {"times", {{"failed_at", s.failed_at}, {"detected_at", s.detected_at}, {"verdict_at", s.verdict_at},
                        {"launched_at", s.launched_at}, {"process_start", t.process_start}, {"init_done", t.init_done},
                        {"restore_done", t.restore_done}, {"first_step_done", first_step_done}}}};

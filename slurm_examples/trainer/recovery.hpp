@@ -34,7 +34,9 @@ struct ScriptTimes {
 };
 std::optional<ScriptTimes> script_times_from_env();
 
-// The "recovery" metrics line: every phase in seconds, and the raw times.
-std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double first_step_done);
+// The "recovery" metrics line: every phase in seconds, and the raw times. `no_step_left`: the
+// failure came after the last step (at the run's end), so the restored run had nothing to train and
+// `first_step_done` is when it found that out.
+std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double first_step_done, bool no_step_left = false);
 
 }  // namespace train_mlp

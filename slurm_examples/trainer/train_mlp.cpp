@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <condition_variable>
@@ -33,6 +34,7 @@
 #include "monitor.hpp"
 #include "options.hpp"
 #include "recovery.hpp"
+#include "reporting.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/kernels/cuda.hpp"
@@ -83,58 +85,6 @@ int check_device() {
   return 0;
 }
 
-// Where one rank's run reports: metrics, trace, flight recorder and the watchdog around them.
-struct Reporting {
-  std::string metrics_path, flight_path;
-  bool first_attempt;  // a rerun (its metrics file already exists) never injects the fault again
-  FlightRecorder recorder;
-  Watchdog watchdog;
-  MetricsWriter metrics;
-  TraceWriter trace;
-  Reporting(const Options& o, unsigned rank)
-      : metrics_path(fmt::format("{}/metrics_rank{}.jsonl", o.out_dir, rank)),
-        flight_path(fmt::format("{}/flight_rank{}.json", o.out_dir, rank)),
-        first_attempt(!std::filesystem::exists(metrics_path)),
-        // The collective timeout fires first and names the ranks that never arrived; the watchdog
-        // (2 s later) catches hangs outside collectives.
-        watchdog(recorder, rank, std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000) + 2000), flight_path,
-                 [] { return stop_signal() == SIGTERM; }, std::chrono::milliseconds(static_cast<long>(o.term_grace_s * 1000))),
-        metrics(metrics_path),
-        trace(fmt::format("{}/trace_rank{}.json", o.out_dir, rank), rank) {}
-};
-
-// Start-up (the ballast's memory, mapping the memory tier, restore() and its copies between nodes)
-// takes seconds per GiB of state, longer than a tight --watchdog: it is no hang. While it runs the
-// progress watchdog hears from this thread, for at most 10 minutes; a start-up stuck longer is the
-// watchdog's again (restore's own collectives time out well before that).
-class StartupBeat {
- public:
-  explicit StartupBeat(Watchdog& w)
-      : thread_([this, &w] {
-          const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-          std::unique_lock<std::mutex> lock(m_);
-          while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; }) &&
-                 std::chrono::steady_clock::now() < until)
-            w.heartbeat();
-        }) {}
-  StartupBeat(const StartupBeat&) = delete;
-  StartupBeat& operator=(const StartupBeat&) = delete;
-  ~StartupBeat() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: starts once the members above exist
-};
-
 // State registration: the engine's tensors plus the step counter, then the newest checkpoint every
 // rank can verify (if any). Returns the last completed step (0 for a fresh start).
 std::uint64_t register_and_restore(checkpoint::Manager& ckpt, Engine& engine, std::vector<std::uint8_t>& step_blob,
@@ -160,7 +110,8 @@ class Trainer {
   std::vector<std::uint8_t> step_blob = std::vector<std::uint8_t>(8, 0);
   std::uint64_t done = 0;
   float loss = 0;
-  std::function<void()> after_first_step;  // once, after this run's first completed step
+  // Once: after this run's first completed step (false), or at its end when no step was left (true).
+  std::function<void(bool)> after_first_step;
   Ballast* ballast = nullptr;
 
   void loop(const Shapes& shapes) {
@@ -203,7 +154,7 @@ class Trainer {
     rep_.trace.event("allreduce", "comm", t_comm, comm_s);
     const auto [stall, persist] = checkpoint_if_due(step);
     report_step(step, shapes, step_s, comm_s, stall, persist);
-    if (after_first_step) std::exchange(after_first_step, nullptr)();
+    if (after_first_step) std::exchange(after_first_step, nullptr)(false);
     rep_.watchdog.guard_termination(true);
     const bool check = monitor_.checks_at(step);  // every --straggler-every steps, a collective
     if (check) rep_.recorder.begin_unnumbered("allgather(step times)");
@@ -215,13 +166,13 @@ class Trainer {
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
   void finish() {
     if (pending_.valid()) {
-      wait_for_persist(pending_);
+      wait_for_persist_with_peers(pending_);
       finish_pending();
     }
     if (o_.ckpt_every > 0 && (done % o_.ckpt_every != 0 || disk_deferred_)) {
       std::memcpy(step_blob.data(), &done, 8);
-      auto last = ckpt_.save(done);
-      wait_for_persist(last);
+      auto last = ckpt_.save(done, metadata());
+      wait_for_persist_with_peers(last);
       last.get();
     }
     ckpt_.wait_idle();  // old steps removed before the summary is printed
@@ -318,9 +269,13 @@ class Trainer {
     double stall = 0, persist = -1;
     if (pending_.valid() && pending_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) persist = finish_pending();
     bool to_disk = (o_.ckpt_every > 0 && step % o_.ckpt_every == 0) || disk_deferred_;
-    bool to_memory = !to_disk && o_.snapshot_every > 0 && step % o_.snapshot_every == 0;
+    bool to_memory = !to_disk && o_.snapshot_every > 0 && (step % o_.snapshot_every == 0 || snapshot_deferred_);
+    // Deferred, not skipped: after a long persist (a save of gigabytes) the next snapshot comes at
+    // once, not up to --snapshot-every steps later, so a fault then loses fewer steps.
     if (to_memory && checkpoint_busy_) {
-      if (rank_ == 0) fmt::print("train-mlp: snapshot {} skipped: the previous checkpoint is still persisting\n", step);
+      if (rank_ == 0 && !snapshot_deferred_)
+        fmt::print("train-mlp: snapshot {} deferred: the previous checkpoint is still persisting\n", step);
+      snapshot_deferred_ = true;
       to_memory = false;
     }
     if (to_disk && checkpoint_busy_) {  // saved at the first step that starts with no persist in flight
@@ -330,6 +285,7 @@ class Trainer {
       to_disk = false;
     }
     if (to_disk) disk_deferred_ = false;
+    if (to_disk || to_memory) snapshot_deferred_ = false;  // a save lands in the memory tier too
     if (to_disk || to_memory) {
       std::memcpy(step_blob.data(), &done, 8);
       // Every rank's previous checkpoint had persisted at this step's start (else the save was
@@ -339,14 +295,16 @@ class Trainer {
         wait_for_persist(pending_);
         persist = finish_pending();
       }
-      checkpoint::Metadata meta{{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)},
-                                {"device", engine_.describe()}};
-      pending_ = to_disk ? ckpt_.save(step, std::move(meta)) : ckpt_.snapshot(step, std::move(meta));
+      pending_ = to_disk ? ckpt_.save(step, metadata()) : ckpt_.snapshot(step, metadata());
       pending_snapshot_ = to_memory;
       stall = rep_.trace.now() - ts;
       rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
     }
     return {stall, persist};
+  }
+
+  checkpoint::Metadata metadata() const {
+    return {{"loss", fmt::format("{:.6f}", loss)}, {"world_size", std::to_string(world_)}, {"device", engine_.describe()}};
   }
 
   void report_step(std::uint64_t step, const Shapes& s, double step_s, double comm_s, double stall, double persist) {
@@ -374,6 +332,7 @@ class Trainer {
   bool pending_snapshot_ = false;  // pending_ is a memory-tier snapshot
   bool checkpoint_busy_ = false;   // some rank's previous checkpoint was persisting at this step's start
   bool disk_deferred_ = false;     // a save was due while a checkpoint persisted: it is taken at the next free step
+  bool snapshot_deferred_ = false;  // the same for a snapshot
 
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
@@ -386,6 +345,30 @@ class Trainer {
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready && std::chrono::steady_clock::now() < until)
       rep_.watchdog.heartbeat();
+  }
+
+  // The same after the last step, where no training collective would notice a peer that died: the
+  // persist's own agreement (a PMIx fence) waits for it until Slurm's KillWait SIGKILL (30 s by
+  // default). Every 100 ms the ranks agree through the host backend whether all their persists are
+  // done; a dead peer fails that agreement, and the rank ends at once (exit 3) as in a step.
+  void wait_for_persist_with_peers(const std::shared_future<checkpoint::SaveResult>& f) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    for (;;) {
+      const bool mine_done = f.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
+      rep_.watchdog.heartbeat();
+      // A rank past the 10 minutes counts as done, so every rank leaves at the same round.
+      const std::int32_t mine = mine_done || std::chrono::steady_clock::now() >= until ? 1 : 0;
+      std::int32_t all = 0;
+      rep_.recorder.begin_unnumbered("allreduce(final checkpoint persisted)");
+      try {
+        rt_.host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
+      } catch (const Error& e) {
+        die_of_failed_collective(done, "waiting for the last checkpoint to persist", e);
+      }
+      rep_.recorder.end_unnumbered();
+      if (all == 1) break;
+    }
+    wait_for_persist(f);  // the clock ran out on some rank: as before, the watchdog's again
   }
 
   // The checkpoint in flight, if any, finished: its persist (or snapshot) seconds; 0 when none was.
@@ -453,6 +436,12 @@ int train(const Options& o) {
   rt->session->barrier();
   times.restore_done = epoch_now();
   starting.reset();
+  // The loss the restored step ended with: what FINAL reports when no step is left to train.
+  if (auto it = ckpt.restored_metadata().find("loss"); it != ckpt.restored_metadata().end()) {
+    float restored_loss = 0;
+    const auto& text = it->second;
+    if (std::from_chars(text.data(), text.data() + text.size(), restored_loss).ec == std::errc{}) trainer.loss = restored_loss;
+  }
   const auto& restored = ckpt.last_restore();
   times.restored_step = restored.step;
   times.source = restored.source;
@@ -461,8 +450,8 @@ int train(const Options& o) {
   // A step after a failure: the batch script's times and ours make one recovery line, after the
   // first step (that is when the job is training again).
   if (auto script = script_times_from_env(); script && rank == 0)
-    trainer.after_first_step = [&rep, script = *script, &times] {
-      rep.metrics.write(recovery_event(script, times, epoch_now()));
+    trainer.after_first_step = [&rep, script = *script, &times](bool no_step_left) {
+      rep.metrics.write(recovery_event(script, times, epoch_now(), no_step_left));
     };
   rep.trace.event("startup+restore", "startup", 0, rep.trace.now());
   // rank, local_rank and node: trainrt-doctor names culprits by node and maps the shared-memory
@@ -478,6 +467,9 @@ int train(const Options& o) {
                ckpt.restored_metadata().count("loss") ? ", loss then " + ckpt.restored_metadata().at("loss") : "");
 
   trainer.loop(shapes);
+  // A failure after the last step (the run's end) leaves the rerun nothing to train: its recovery
+  // ends here, and the operator still gets its phases.
+  if (trainer.after_first_step) std::exchange(trainer.after_first_step, nullptr)(true);
   trainer.finish();
 
   HostParams params = engine->download_params();

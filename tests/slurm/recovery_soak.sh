@@ -17,11 +17,14 @@
 # SOAK_SECOND: the seconds between the spare's trainers starting and the second fault of "double"
 # (default: random, 0-3 s). SOAK_ARGS: trainer options that replace the defaults' of the same name
 # or add to them, e.g. "--ckpt-every 2 --ballast-mib 256" for kills while saves persist.
+# SOAK_STEPS: steps per run (default 300, at least 21; the kill comes after a random step below
+# STEPS - 20 plus up to 0.4 s, so a short run puts it near or after its end: e.g. SOAK_STEPS=21
+# SOAK_ARGS="--ballast-mib 2048 --ckpt-every 100 --snapshot-every 100" kills during the final save).
 # SOAK_FROM=I starts at round I (each round draws from SEED and its number alone, so rounds
 # I..ROUNDS replay). SOAK_KEEP=DIR keeps every round's job output there.
 # A kill or lost round whose survivors still run 1.5 s after the kill saves their threads' stacks
 # (gdb, the main thread first) beside the outputs (SOAK_KEEP, else /tmp) and names the files.
-# Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
+# Usage: [SOAK_FAULTS="lost kill link double"] [SOAK_SECOND=S] [SOAK_STEPS=N] [SOAK_FROM=I] [SOAK_KEEP=DIR] recovery_soak.sh BUILD_DIR [ROUNDS (default 8)] [SEED (default: the time)]
 set -uo pipefail
 build=$(cd "$1" && pwd)
 rounds=${2:-8} seed=${3:-$(date +%s)}
@@ -37,10 +40,11 @@ first_round=${SOAK_FROM:-1}
 [[ -z ${SOAK_KEEP:-} || -d ${SOAK_KEEP:-} ]] || { echo "recovery_soak.sh: SOAK_KEEP '$SOAK_KEEP' is not a folder" >&2; exit 2; }
 [[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
   { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
+steps=${SOAK_STEPS:-300}
+[[ $steps =~ ^[0-9]+$ && $steps -ge 21 ]] || { echo "recovery_soak.sh: SOAK_STEPS '$steps' must be a number >= 21" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 source "$repo/tests/slurm/recovery_lib.sh"
 start_recovery_cluster soak 7987 7988
-steps=300
 args=(--device cpu --steps $steps --ckpt-every 20 --snapshot-every 10 --memory-tier --shard-optimizer --hidden 256 --watchdog 10)
 read -ra more <<<"${SOAK_ARGS:-}"
 declare -A given=()
@@ -140,7 +144,9 @@ for ((i = first_round; i <= rounds; i++)); do
 import json, sys
 e = json.loads(sys.argv[1]); k = float(sys.argv[2])
 p = e.get('phases', {})
-print('step %s restored from %s, %.2f s from the fault to the first step (detection %.2f from the last step, verdict %.2f, launch %.2f, bootstrap %.2f, restore %.2f, first step %.2f)' % (e.get('restored_step'), e.get('restore_source'), e['times']['first_step_done'] - k, *(p.get(x, float('nan')) for x in ('detection_s', 'verdict_s', 'launch_s', 'bootstrap_s', 'restore_s', 'first_step_s'))))
+end = 'the end (the fault came after the last step: nothing left to train)' if e.get('no_step_left') else 'the first step'
+src = 'step %s restored from %s' % (e.get('restored_step'), e.get('restore_source')) if e.get('restored_step', -1) >= 0 else 'no step to restore (a fresh start)'
+print('%s, %.2f s from the fault to %s (detection %.2f from the last step, verdict %.2f, launch %.2f, bootstrap %.2f, restore %.2f, first step %.2f)' % (src, e['times']['first_step_done'] - k, end, *(p.get(x, float('nan')) for x in ('detection_s', 'verdict_s', 'launch_s', 'bootstrap_s', 'restore_s', 'first_step_s'))))
 " "$event" "$kill_at" 2>/dev/null || echo "unreadable recovery event")
   fi
   [[ -n ${SOAK_KEEP:-} ]] && cp "$work/$name.out" "$SOAK_KEEP/recovery-soak-$seed-$name.out"
