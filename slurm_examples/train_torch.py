@@ -139,7 +139,7 @@ def main(argv):
             ckpt.save(step, {"loss": f"{loss.item():.9g}"})
         if step % 50 == 0:
             say(f"step {step} loss {loss.item():.6f}")
-    ckpt.wait()
+    ckpt.wait(watch_peers=True)  # a rank lost now ends the others at once, not at Slurm's KillWait
     digest = params_digest(model)
     say(f"FINAL step {done} loss {loss.item():.6f} params {digest}")
     if a.dump_params and rank == 0:

@@ -50,7 +50,7 @@ nb::dict save_result(const ckpt::SaveResult& r) {
 class PyManager {
  public:
   PyManager(World& world, const std::string& directory, unsigned keep_last, bool verify_before_load, bool verbose)
- {
+      : world_(world) {
     if (keep_last < 1) throw UsageError(fmt::format("keep_last={}: keep at least 1 step", keep_last), "checkpoint");
     ckpt::Options o;
     o.directory = directory;
@@ -69,8 +69,10 @@ class PyManager {
   }
 
   ~PyManager() {
-    if (::getpid() != owner_pid_) {
-      (void)manager_.release();  // a forked child: the writer thread and staging are the parent's
+    if (::getpid() != owner_pid_ || peers_failed_) {
+      // A forked child: the writer thread and staging are the parent's. A peer lost during
+      // wait(watch_peers=True): the writer thread waits for it and the process is ending.
+      (void)manager_.release();
       return;
     }
     nb::gil_scoped_release release;  // waits for a save in flight
@@ -170,6 +172,37 @@ class PyManager {
     return save_result(*r);
   }
 
+  // wait(), made by every rank at once: every 100 ms the ranks agree through the host backend
+  // whether each one's save is done. The commit's own agreement (a PMIx fence) waits for a rank
+  // that died until the session's timeout or Slurm's KillWait; the host backend's allreduce fails
+  // at once (PeerError), and that error is raised here.
+  nb::object wait_watching_peers() {
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      for (;;) {
+        const std::int32_t mine =
+            !pending_ || pending_->wait_for(std::chrono::milliseconds(100)) == std::future_status::ready ? 1 : 0;
+        std::int32_t all = 0;
+        try {
+          std::lock_guard collective(world_.collective_mutex());
+          world_.runtime().host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
+        } catch (const Error& e) {
+          // The save in flight waits for the dead rank in the commit's agreement: nothing may wait
+          // for it again (the destructor would, until Slurm's SIGKILL).
+          if (e.failure()) peers_failed_ = true;
+          throw;
+        }
+        if (all == 1) break;
+      }
+      if (pending_) r = finish_pending();
+      manager_->wait_idle();
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
+  }
+
   // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
   // that holds the manager (a wait() in progress) means not yet.
   bool save_done() {
@@ -240,6 +273,8 @@ class PyManager {
     }
   }
 
+  World& world_;  // kept alive by the binding (keep_alive)
+  bool peers_failed_ = false;  // wait_watching_peers() saw a rank fail
   std::unique_ptr<ckpt::Manager> manager_;
   int owner_pid_ = ::getpid();
   std::vector<View> arrays_;                               // keeps registered tensors alive
@@ -292,6 +327,7 @@ void bind_checkpoint(nb::module_& m) {
       .def("get_blob", &PyManager::get_blob)
       .def("save", &PyManager::save, nb::arg("step"), nb::arg("metadata"))
       .def("wait", &PyManager::wait)
+      .def("wait_watching_peers", &PyManager::wait_watching_peers)
       .def("save_done", &PyManager::save_done)
       .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)

@@ -356,10 +356,16 @@ class Manager:
         self._pending = fut
         return fut
 
-    def wait(self) -> Optional[SaveResult]:
+    def wait(self, watch_peers: bool = False) -> Optional[SaveResult]:
         """Blocks (GIL released) until the last save() is committed on every rank and old steps
-        are removed; its SaveResult, or None when no save was pending. Raises its error."""
-        return self._settle_pending(self._native.wait)
+        are removed; its SaveResult, or None when no save was pending. Raises its error.
+        watch_peers=True (every rank must call it so, e.g. after the last step): the ranks agree
+        every 0.1 s through the world's host backend whether each save is done, so a rank that
+        died raises trainrt.PeerError on the others at once, where the commit alone waits for it
+        until the bootstrap's timeout (init()'s, 300 s by default) or until Slurm ends the step
+        (KillWait, 30 s by default). A Manager that raised so no longer waits for its save."""
+        native = self._native
+        return self._settle_pending(native.wait_watching_peers if watch_peers else native.wait)
 
     def _settle_pending(self, collect: Callable[[], Any], only: Optional[SaveFuture] = None) -> Optional[SaveResult]:
         """Runs `collect` (the native call that finishes the pending save) and hands its outcome to

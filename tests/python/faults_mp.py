@@ -1,6 +1,9 @@
 """Typed errors across ranks, from Python (run under mpirun through tests/runtime/expect_all_ranks.sh):
   die:      rank 1 exits abruptly; every other rank's allreduce raises trainrt.PeerError naming it,
             within seconds, and the world stays failed (the next call raises PeerError too).
+  die_in_save: rank 1 exits while a checkpoint persists; wait(watch_peers=True) raises PeerError on
+            every other rank within seconds, and they exit without waiting for the save
+            (FAULTS_WATCH_PEERS=0: the plain wait(), to see what it does instead).
   mismatch: ranks reduce different element counts; every rank gets trainrt.UsageError."""
 import os
 import sys
@@ -60,5 +63,31 @@ elif mode == "mismatch":
     except Exception as e:  # noqa: BLE001
         say(f"rank {r}: WRONG-ERROR {type(e).__name__}: {e}")
     world.allgather_bytes(b"")  # every rank said its line before any exits (over the bootstrap)
+elif mode == "die_in_save":
+    # Rank 1 dies while a save persists: wait(watch_peers=True) raises PeerError on the others
+    # within seconds (the plain wait() raised the bootstrap fence's TIMEOUT after init's 10 s
+    # here; under Slurm, Slurm's KillWait came first), and they exit at once (no destructor waits
+    # for the save).
+    import tempfile
+    root = world.broadcast_bytes(tempfile.mkdtemp(prefix="trainrt-faults-").encode() if r == 0 else None).decode()
+    ckpt = trainrt.checkpoint.Manager(os.path.join(root, "c"), verbose=False)
+    state = np.full(4 << 20, r, dtype=np.float32)  # 16 MiB per rank
+    ckpt.register("state", state)
+    ckpt.save(1)
+    if r == 1:
+        os._exit(9)
+    t0 = time.monotonic()
+    try:
+        ckpt.wait(watch_peers=os.environ.get("FAULTS_WATCH_PEERS", "1") == "1")
+        say(f"rank {r}: death during the save NOT detected")
+        sys.exit(1)
+    except trainrt.PeerError as e:
+        took = time.monotonic() - t0
+        ok = took < 8 and e.ranks == (1,)
+        say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s: {e}")
+        sys.exit(0 if ok else 1)
+    except Exception as e:  # noqa: BLE001 - any other type is the failure this test looks for
+        say(f"rank {r}: WRONG-ERROR after {time.monotonic() - t0:.2f} s: {type(e).__name__}: {e}")
+        sys.exit(1)
 else:
-    sys.exit(f"unknown mode {mode!r}: die or mismatch")
+    sys.exit(f"unknown mode {mode!r}: die, die_in_save or mismatch")
