@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -139,6 +140,7 @@ class PyManager {
   }
 
   void save(std::uint64_t step, const ckpt::Metadata& metadata) {
+    refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     // An earlier save still in flight: its outcome first (an error of it surfaces here).
@@ -150,6 +152,7 @@ class PyManager {
   // The last save()'s outcome once it is committed on every rank (None when none is pending),
   // without waiting for old steps' removal as wait() does: what save() needs of its predecessor.
   nb::object finish() {
+    refuse_after_peer_failure();
     std::optional<ckpt::SaveResult> r;
     {
       nb::gil_scoped_release release;
@@ -161,6 +164,7 @@ class PyManager {
   }
 
   nb::object wait() {
+    refuse_after_peer_failure();
     std::optional<ckpt::SaveResult> r;
     {
       nb::gil_scoped_release release;
@@ -177,6 +181,7 @@ class PyManager {
   // that died until the session's timeout or Slurm's KillWait; the host backend's allreduce fails
   // at once (PeerError), and that error is raised here.
   nb::object wait_watching_peers() {
+    refuse_after_peer_failure();
     std::optional<ckpt::SaveResult> r;
     {
       nb::gil_scoped_release release;
@@ -190,8 +195,12 @@ class PyManager {
           world_.runtime().host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
         } catch (const Error& e) {
           // The save in flight waits for the dead rank in the commit's agreement: nothing may wait
-          // for it again (the destructor would, until Slurm's SIGKILL).
-          if (e.failure()) peers_failed_ = true;
+          // for it again (the destructor, or a later call, would until the session's timeout or
+          // Slurm's SIGKILL).
+          if (e.failure()) {
+            peers_failed_ = true;
+            pending_.reset();
+          }
           throw;
         }
         if (all == 1) break;
@@ -212,6 +221,7 @@ class PyManager {
   }
 
   std::int64_t restore() {
+    refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
     if (pending_) finish_pending();
@@ -252,6 +262,12 @@ class PyManager {
     return it->second;
   }
 
+  void refuse_after_peer_failure() const {
+    if (peers_failed_)
+      throw Error("a rank failed during wait(watch_peers=True): this Manager's save waits for it; end the process",
+                  "checkpoint");
+  }
+
   ckpt::SaveResult finish_pending() {
     auto f = std::move(*pending_);
     pending_.reset();
@@ -274,7 +290,7 @@ class PyManager {
   }
 
   World& world_;  // kept alive by the binding (keep_alive)
-  bool peers_failed_ = false;  // wait_watching_peers() saw a rank fail
+  std::atomic<bool> peers_failed_{false};  // wait_watching_peers() saw a rank fail (read outside mutex_)
   std::unique_ptr<ckpt::Manager> manager_;
   int owner_pid_ = ::getpid();
   std::vector<View> arrays_;                               // keeps registered tensors alive

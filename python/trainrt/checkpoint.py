@@ -363,7 +363,9 @@ class Manager:
         every 0.1 s through the world's host backend whether each save is done, so a rank that
         died raises trainrt.PeerError on the others at once, where the commit alone waits for it
         until the bootstrap's timeout (init()'s, 300 s by default) or until Slurm ends the step
-        (KillWait, 30 s by default). A Manager that raised so no longer waits for its save."""
+        (KillWait, 30 s by default). No other thread may use the world's collectives meanwhile.
+        A Manager that raised so is done: its save waits for the dead rank, so its other calls
+        raise trainrt.Error and closing it (or the process's end) does not wait."""
         native = self._native
         return self._settle_pending(native.wait_watching_peers if watch_peers else native.wait)
 

@@ -4,7 +4,8 @@
 // progress, when srun returned, when the doctor's verdict came and when it launched the next
 // step; it passes those to the new step as TRAINRT_RECOVERY_* variables. The trainer adds what only
 // it knows (bootstrap done, restore done and from which tier, first step done) and rank 0 writes
-// one "recovery" event to its metrics after that first step. The goodput report sums the phases.
+// one "recovery" event to its metrics after that first step (or at the run's end when the failure
+// left no step to train). The goodput report sums the phases.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -163,13 +163,20 @@ class Trainer {
     rep_.watchdog.guard_termination(false);
   }
 
+  // The directory holds `step` already (restored from it): the end needs no save of it again.
+  void directory_holds(std::uint64_t step) { disk_saved_step_ = step; }
+
   // The last checkpoint (unless the last step just got one) and the run's end in the metrics.
   void finish() {
-    if (pending_.valid()) {
-      wait_for_persist_with_peers(pending_);
-      finish_pending();
-    }
-    if (o_.ckpt_every > 0 && (done % o_.ckpt_every != 0 || disk_deferred_)) {
+    // Every rank takes part, whether or not its own checkpoint is still in flight: one rank may
+    // have collected a result another has not yet.
+    wait_for_persist_with_peers(pending_);
+    if (pending_.valid()) finish_pending();
+    // The directory gets the last step unless a save of it completed in this run: a rerun that
+    // restored its last step from the memory tier (killed while that step's save persisted) would
+    // otherwise end with the step nowhere once the job's tier is removed. A step the directory
+    // already holds is not written again.
+    if (o_.ckpt_every > 0 && (disk_saved_step_ != done || disk_deferred_)) {
       std::memcpy(step_blob.data(), &done, 8);
       auto last = ckpt_.save(done, metadata());
       wait_for_persist_with_peers(last);
@@ -183,7 +190,7 @@ class Trainer {
  private:
   // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
   // The same exchange says whether any rank's previous checkpoint is still persisting: a snapshot
-  // due then is skipped and a save deferred, by every rank alike. Training never waits for a
+  // due then is deferred, by every rank alike. Training never waits for a
   // persist mid-run: that wait would stall it, and when a peer has died it would last until Slurm's
   // KillWait SIGKILL (the persist's agreement waits on the dead peer), where the next collective
   // fails at once.
@@ -296,6 +303,7 @@ class Trainer {
         persist = finish_pending();
       }
       pending_ = to_disk ? ckpt_.save(step, metadata()) : ckpt_.snapshot(step, metadata());
+      if (to_disk) disk_saved_step_ = step;  // a directory save that fails ends the run
       pending_snapshot_ = to_memory;
       stall = rep_.trace.now() - ts;
       rep_.trace.event(fmt::format("checkpoint {} stall", step), "checkpoint", ts, stall);
@@ -333,6 +341,7 @@ class Trainer {
   bool checkpoint_busy_ = false;   // some rank's previous checkpoint was persisting at this step's start
   bool disk_deferred_ = false;     // a save was due while a checkpoint persisted: it is taken at the next free step
   bool snapshot_deferred_ = false;  // the same for a snapshot
+  std::uint64_t disk_saved_step_ = ~std::uint64_t{0};  // the last step saved to the directory in this run
 
   // The save in flight, waited for: its persist seconds. A snapshot that did not reach the memory
   // tier is said and training goes on (older steps are where they were); a failed directory save
@@ -354,7 +363,7 @@ class Trainer {
   void wait_for_persist_with_peers(const std::shared_future<checkpoint::SaveResult>& f) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     for (;;) {
-      const bool mine_done = f.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
+      const bool mine_done = !f.valid() || f.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
       rep_.watchdog.heartbeat();
       // A rank past the 10 minutes counts as done, so every rank leaves at the same round.
       const std::int32_t mine = mine_done || std::chrono::steady_clock::now() >= until ? 1 : 0;
@@ -363,12 +372,12 @@ class Trainer {
       try {
         rt_.host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
       } catch (const Error& e) {
-        die_of_failed_collective(done, "waiting for the last checkpoint to persist", e);
+        die_of_failed_collective(done, "the agreement that the last checkpoint persisted", e);
       }
       rep_.recorder.end_unnumbered();
       if (all == 1) break;
     }
-    wait_for_persist(f);  // the clock ran out on some rank: as before, the watchdog's again
+    if (f.valid()) wait_for_persist(f);  // the clock ran out on some rank: as before, the watchdog's again
   }
 
   // The checkpoint in flight, if any, finished: its persist (or snapshot) seconds; 0 when none was.
@@ -445,6 +454,7 @@ int train(const Options& o) {
   const auto& restored = ckpt.last_restore();
   times.restored_step = restored.step;
   times.source = restored.source;
+  if (restored.source == "disk" && restored.step >= 0) trainer.directory_holds(static_cast<std::uint64_t>(restored.step));
   times.moved_copies = restored.job_moved_copies;
   for (const auto& f : restored.fallbacks) times.fallbacks += (times.fallbacks.empty() ? "" : "; ") + f;
   // A step after a failure: the batch script's times and ours make one recovery line, after the

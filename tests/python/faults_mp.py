@@ -24,7 +24,9 @@ mode = sys.argv[1]
 def say(line):
     os.write(1, (line + "\n").encode())  # one write: mpirun forwards it whole, before any kill
 
-world = trainrt.init(timeout=10)
+# die_in_save: a fence timeout (60 s) far beyond the test's own (30 s), so a survivor that waits
+# for the lost rank's save anywhere (wait(), a later call, its exit) fails the test.
+world = trainrt.init(timeout=60 if mode == "die_in_save" else 10)
 r = world.rank
 buf = np.ones(1000, dtype=np.float32)
 world.barrier()
@@ -65,9 +67,9 @@ elif mode == "mismatch":
     world.allgather_bytes(b"")  # every rank said its line before any exits (over the bootstrap)
 elif mode == "die_in_save":
     # Rank 1 dies while a save persists: wait(watch_peers=True) raises PeerError on the others
-    # within seconds (the plain wait() raised the bootstrap fence's TIMEOUT after init's 10 s
-    # here; under Slurm, Slurm's KillWait came first), and they exit at once (no destructor waits
-    # for the save).
+    # within seconds (the plain wait() raised the bootstrap fence's TIMEOUT after init's timeout,
+    # 10 s when tried; under Slurm, Slurm's KillWait came first), and they exit at once (no
+    # destructor waits for the save: the test's 30 s timeout).
     import tempfile
     root = world.broadcast_bytes(tempfile.mkdtemp(prefix="trainrt-faults-").encode() if r == 0 else None).decode()
     ckpt = trainrt.checkpoint.Manager(os.path.join(root, "c"), verbose=False)
@@ -83,8 +85,13 @@ elif mode == "die_in_save":
         sys.exit(1)
     except trainrt.PeerError as e:
         took = time.monotonic() - t0
-        ok = took < 8 and e.ranks == (1,)
-        say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s: {e}")
+        try:  # the Manager is done: a later call refuses at once instead of waiting for the save
+            ckpt.wait()
+            refused = False
+        except trainrt.Error as again:
+            refused = "watch_peers" in str(again)
+        ok = took < 8 and e.ranks == (1,) and refused
+        say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s, later call refused={refused}: {e}")
         sys.exit(0 if ok else 1)
     except Exception as e:  # noqa: BLE001 - any other type is the failure this test looks for
         say(f"rank {r}: WRONG-ERROR after {time.monotonic() - t0:.2f} s: {type(e).__name__}: {e}")
