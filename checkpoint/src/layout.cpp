@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -14,6 +12,7 @@
 #include "fingerprint.hpp"
 #include "geometry.hpp"
 #include "json_fields.hpp"
+#include "trainrt/cpu_count.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/number.hpp"
 
@@ -116,10 +115,7 @@ std::uint64_t chunk_fingerprint(const std::string& name, const format::Sharded& 
 }
 
 unsigned usable_cpus(unsigned cap) {
-  unsigned n = 0;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<unsigned>(CPU_COUNT(&set));
+  unsigned n = affinity_cpu_count();
   if (n == 0) n = std::thread::hardware_concurrency();
   return std::clamp(n, 1u, std::max(1u, cap));
 }

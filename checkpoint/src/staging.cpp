@@ -78,12 +78,17 @@ void* map_populated(int fd, std::size_t bytes) {
   return p;
 }
 
+std::byte* map_tier_pages(int fd, std::uint64_t bytes, const std::string& where) {
+  if (std::string why = allocate_pages(fd, bytes); !why.empty()) throw Error(why, where);
+  void* p = map_populated(fd, bytes);
+  if (p == MAP_FAILED) throw Error(fmt::format("cannot map {} bytes of the memory tier: {}", bytes, std::strerror(errno)), where);
+  return static_cast<std::byte*>(p);
+}
+
 void Staging::map(Fd fd, std::size_t head, const std::string& path) {
   unmap();
   const std::size_t bytes = head + size_;
-  if (std::string why = allocate_pages(fd.get(), bytes); !why.empty()) throw Error(why, path);
-  void* p = map_populated(fd.get(), bytes);
-  if (p == MAP_FAILED) throw Error(fmt::format("cannot map the memory tier file: {}", std::strerror(errno)), path);
+  void* p = map_tier_pages(fd.get(), bytes, path);
   map_ = p;
   map_bytes_ = bytes;
   head_ = head;

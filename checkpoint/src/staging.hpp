@@ -7,6 +7,8 @@
 // (docs/checkpoint.md "Memory tier"), so the mapping starts with `head` bytes reserved for the
 // shard header and the region follows.
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "files.hpp"
@@ -27,6 +29,10 @@ std::string allocate_pages(int fd, std::uint64_t bytes);
 // with errno, as mmap.
 inline constexpr std::size_t kPopulatePiece = std::size_t{8} << 20;
 void* map_populated(int fd, std::size_t bytes);
+
+// Both: the first `bytes` of a tmpfs file allocated and mapped, every page there; a trainrt::Error
+// naming `where` when not.
+std::byte* map_tier_pages(int fd, std::uint64_t bytes, const std::string& where);
 
 class Staging {
  public:

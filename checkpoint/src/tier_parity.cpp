@@ -33,10 +33,7 @@ class XorTarget {
   XorTarget(Fd fd, std::uint64_t bytes) : fd_(std::move(fd)), bytes_(bytes) {
     // A page tmpfs could not give would be a SIGBUS inside an XOR; here it is an error, and the
     // step is not protected.
-    if (std::string why = allocate_pages(fd_.get(), bytes); !why.empty()) throw Error(why, "memory tier parity");
-    void* p = map_populated(fd_.get(), bytes);
-    if (p == MAP_FAILED) throw Error(fmt::format("cannot map {} bytes: {}", bytes, std::strerror(errno)), "memory tier parity");
-    map_ = static_cast<std::byte*>(p);
+    map_ = map_tier_pages(fd_.get(), bytes, "memory tier parity");
   }
   XorTarget(XorTarget&& o) noexcept
       : fd_(std::move(o.fd_)), bytes_(std::exchange(o.bytes_, 0)), map_(std::exchange(o.map_, nullptr)) {}

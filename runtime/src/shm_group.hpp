@@ -27,6 +27,7 @@
 #include "mapping.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "host_communicator.hpp"
+#include "trainrt/cpu_count.hpp"
 #include "trainrt/cpu_relax.hpp"
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/reduce.hpp"
@@ -129,10 +130,7 @@ class ShmCommunicator final : public HostCommunicator {
     small_offset_ = result_offset_ + 2 * slot_bytes_;
     total_ = small_offset_ + size_ * 2 * kSmallBytes;
     // Spinning only pays while every rank has a core; oversubscribed ranks must yield at once.
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    unsigned ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? static_cast<unsigned>(CPU_COUNT(&cpus)) : 1;
-    spins_before_yield_ = size_ <= ncpu ? 4096 : 16;
+    spins_before_yield_ = size_ <= std::max(affinity_cpu_count(), 1u) ? 4096 : 16;
     open_segment(session);
   }
   ~ShmCommunicator() override { stop_progress(); }
