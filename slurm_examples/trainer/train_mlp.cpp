@@ -190,8 +190,8 @@ class Trainer {
  private:
   // Signals reach ranks at different moments: agree (max) so every rank stops after the same step.
   // The same exchange says whether any rank's previous checkpoint is still persisting: a snapshot
-  // due then is deferred, by every rank alike. Training never waits for a
-  // persist mid-run: that wait would stall it, and when a peer has died it would last until Slurm's
+  // or a save due then is deferred, by every rank alike. Training never waits for a persist
+  // mid-run: that wait would stall it, and when a peer has died it would last until Slurm's
   // KillWait SIGKILL (the persist's agreement waits on the dead peer), where the next collective
   // fails at once.
   void stop_if_any_rank_was_signalled() {
