@@ -176,34 +176,25 @@ class PyManager {
     return save_result(*r);
   }
 
-  // wait(), made by every rank at once: every 100 ms the ranks agree through the host backend
-  // whether each one's save is done. The commit's own agreement (a PMIx fence) waits for a rank
-  // that died until the session's timeout or Slurm's KillWait; the host backend's allreduce fails
-  // at once (PeerError), and that error is raised here.
+  // wait(), made by every rank at once (ckpt::wait_with_peers): a rank that died raises its
+  // PeerError here at once, where the commit's own agreement waits until the session's timeout.
   nb::object wait_watching_peers() {
     refuse_after_peer_failure();
     std::optional<ckpt::SaveResult> r;
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      for (;;) {
-        const std::int32_t mine =
-            !pending_ || pending_->wait_for(std::chrono::milliseconds(100)) == std::future_status::ready ? 1 : 0;
-        std::int32_t all = 0;
-        try {
-          std::lock_guard collective(world_.collective_mutex());
-          world_.runtime().host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
-        } catch (const Error& e) {
-          // The save in flight waits for the dead rank in the commit's agreement: nothing may wait
-          // for it again (the destructor, or a later call, would until the session's timeout or
-          // Slurm's SIGKILL).
-          if (e.failure()) {
-            peers_failed_ = true;
-            pending_.reset();
-          }
-          throw;
+      try {
+        std::lock_guard collective(world_.collective_mutex());
+        ckpt::wait_with_peers(pending_.value_or(std::shared_future<ckpt::SaveResult>{}), *world_.runtime().host);
+      } catch (const Error& e) {
+        // The save in flight waits for the dead rank: nothing may wait for it again (the
+        // destructor, or a later call, would until the session's timeout or Slurm's SIGKILL).
+        if (e.failure()) {
+          peers_failed_ = true;
+          pending_.reset();
         }
-        if (all == 1) break;
+        throw;
       }
       if (pending_) r = finish_pending();
       manager_->wait_idle();

@@ -356,27 +356,21 @@ class Trainer {
       rep_.watchdog.heartbeat();
   }
 
-  // The same after the last step, where no training collective would notice a peer that died: the
-  // persist's own agreement (a PMIx fence) waits for it until Slurm's KillWait SIGKILL (30 s by
-  // default). Every 100 ms the ranks agree through the host backend whether all their persists are
-  // done; a dead peer fails that agreement, and the rank ends at once (exit 3) as in a step.
+  // The same after the last step, where no training collective would notice a peer that died:
+  // checkpoint::wait_with_peers agrees every 100 ms through the host backend, so a dead peer ends
+  // the rank at once (exit 3) as in a step, not at Slurm's KillWait.
   void wait_for_persist_with_peers(const std::shared_future<checkpoint::SaveResult>& f) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    for (;;) {
-      const bool mine_done = !f.valid() || f.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
-      rep_.watchdog.heartbeat();
-      // A rank past the 10 minutes counts as done, so every rank leaves at the same round.
-      const std::int32_t mine = mine_done || std::chrono::steady_clock::now() >= until ? 1 : 0;
-      std::int32_t all = 0;
-      rep_.recorder.begin_unnumbered("allreduce(final checkpoint persisted)");
-      try {
-        rt_.host->allreduce(&mine, &all, 1, DType::I32, ReduceOp::Min);
-      } catch (const Error& e) {
-        die_of_failed_collective(done, "the agreement that the last checkpoint persisted", e);
-      }
-      rep_.recorder.end_unnumbered();
-      if (all == 1) break;
+    rep_.recorder.begin_unnumbered("allreduce(final checkpoint persisted)");
+    try {
+      checkpoint::wait_with_peers(f, *rt_.host, [&] {
+        rep_.watchdog.heartbeat();
+        return std::chrono::steady_clock::now() >= until;  // past 10 minutes: done, as every rank
+      });
+    } catch (const Error& e) {
+      die_of_failed_collective(done, "the agreement that the last checkpoint persisted", e);
     }
+    rep_.recorder.end_unnumbered();
     if (f.valid()) wait_for_persist(f);  // the clock ran out on some rank: as before, the watchdog's again
   }
 

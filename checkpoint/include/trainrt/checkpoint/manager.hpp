@@ -180,6 +180,17 @@ class Manager {
   std::unique_ptr<Impl> impl_;
 };
 
+// Waits, with every rank of `peers` at once, until every rank's `save` is done (an invalid future:
+// none in flight on this rank). The commit's own agreement runs over the bootstrap session, whose
+// fence waits for a rank that died until its timeout or Slurm's KillWait; here the ranks also agree
+// every 100 ms through `peers` whether each save is done, so a dead peer fails that allreduce and
+// its error (a PeerError-kind failure) is thrown at once. `each_round`, when given, runs before
+// every agreement (a watchdog's heartbeat); when it returns true this rank counts as done whatever
+// its save (a time limit), and every rank still leaves at the same round. A collective call: nothing
+// else may use `peers` meanwhile. It does not take the save's result: call get() after.
+void wait_with_peers(const std::shared_future<SaveResult>& save, Communicator& peers,
+                     const std::function<bool()>& each_round = {});
+
 }  // namespace trainrt::checkpoint
 
 // The stop-signal helpers (stop_signals.hpp, namespace trainrt) under the names they first had here.
