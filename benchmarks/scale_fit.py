@@ -17,6 +17,7 @@ non-negative (a term with a negative fit is dropped and the rest refitted: a cos
 Standard library only: the solver is a few lines of Gaussian elimination on the normal equations.
 """
 import math
+import random
 import statistics
 
 TREE_WIDTH = 16  # Slurm's default from 23.11 (scale.sh sets min(16, nodes) per step); the data-free fence climbs it
@@ -161,7 +162,17 @@ def project(coef, terms, cores_here, ranks, root_serial=False):
     return total / 1e3
 
 
-def fit_command(med, rtt, holdout, cores_here=2, init_model="tail"):
+def median_interval(runs, resamples=2000, seed=0):
+    """The 90% interval of the median of `runs` (bootstrap over runs, a fixed seed: the same
+    figures every time): how far the median itself could fall with other runs of the same point."""
+    if len(runs) < 2:
+        return None
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(runs, k=len(runs))) for _ in range(resamples))
+    return meds[int(0.05 * resamples)], meds[int(0.95 * resamples) - 1]
+
+
+def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
     models = dict(MODELS, init_last=INIT_MODELS[init_model])
     hold = held_out(holdout)
     status = 0
@@ -188,13 +199,23 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail"):
         if not test:
             print("  no held-out point")
             continue
-        errs = []
+        errs, spreads, inside = [], [], 0
         for k, y in sorted(test):
             p = predict(coef, terms, k[0], k[1], rtt_ms[k])
             errs.append(abs(p - y) / y)
-            print(f"  held out {k[0]:6d} ranks {k[1]:3d} nodes {k[2]:4d} us (rtt {rtt_ms[k] * 1e3:4.0f} us): "
-                  f"measured {y:9.1f} ms, model {p:9.1f} ms, error {errs[-1]:+.0%}".replace("+", ""))
+            line = (f"  held out {k[0]:6d} ranks {k[1]:3d} nodes {k[2]:4d} us (rtt {rtt_ms[k] * 1e3:4.0f} us): "
+                    f"measured {y:9.1f} ms, model {p:9.1f} ms, error {errs[-1]:.0%}")
+            band = median_interval(runs[k][fig]) if runs else None
+            if band:
+                spreads.append(max(y - band[0], band[1] - y) / y)
+                inside += band[0] <= p <= band[1]
+                line += f"; the median's 90% interval {band[0]:.1f}-{band[1]:.1f} ms ({len(runs[k][fig])} runs)"
+            print(line)
         print(f"  held-out error: median {statistics.median(errs):.0%}, max {max(errs):.0%} over {len(errs)} points")
+        if spreads:
+            # An error goal below the measurement's own spread cannot be told from noise at these runs.
+            print(f"  the held-out medians' own spread (bootstrap, 90%): median {statistics.median(spreads):.0%}, "
+                  f"max {max(spreads):.0%}; the model inside that interval at {inside} of {len(spreads)} points")
         if fig in ("init_last", "floor_last", "ckpt_commit"):
             errors_all += errs
     if errors_all:

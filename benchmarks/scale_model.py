@@ -110,7 +110,7 @@ def main():
         summary(args.raw)
     else:
         figures, rtt, load = read_raw(args.raw)
-        sys.exit(fit_command(medians(figures), rtt, args.holdout, init_model=args.init_model))
+        sys.exit(fit_command(medians(figures), rtt, args.holdout, init_model=args.init_model, runs=figures))
 
 
 if __name__ == "__main__":

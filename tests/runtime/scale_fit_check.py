@@ -54,5 +54,25 @@ b = scale_fit.project([truth[t] for t in tail], tail, 2, 16384)
 if abs(a - b) > 1e-12:
     failed.append(f"tail: {a} s at 1,024 ranks but {b} s at 16,384")
 
-print("\n".join(failed) if failed else "scale_fit: every design's coefficients recovered")
+# The median's interval: the same every call (a fixed seed), around the median, within the runs,
+# wider for scattered runs than for tight ones; none from a single run.
+tight, loose = [100.0, 101, 99, 100.5, 99.5, 100], [20.0, 300, 60, 100, 150, 40]
+lo, hi = scale_fit.median_interval(tight)
+if not (99 <= lo <= 100 <= hi <= 101) or scale_fit.median_interval(tight) != (lo, hi):
+    failed.append(f"median_interval of tight runs: {lo}-{hi}")
+llo, lhi = scale_fit.median_interval(loose)
+if not (min(loose) <= llo < 80 and 125 < lhi <= max(loose)):
+    failed.append(f"median_interval of scattered runs: {llo}-{lhi}")
+if scale_fit.median_interval([5.0]) is not None:
+    failed.append("median_interval of one run is not None")
+# fit_command with the runs: the held-out lines name the interval and the summary counts it.
+med = {k: {"fence_nodata": 10.0 + k[0] * 0.05} for k in points}
+runs = {k: {"fence_nodata": [v["fence_nodata"] * f for f in (0.9, 1.0, 1.1)]} for k, v in med.items()}
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    scale_fit.fit_command(med, rtt, "ranks>=512,delay==20", runs=runs)
+if "the median's 90% interval" not in out.getvalue() or "inside that interval at" not in out.getvalue():
+    failed.append("fit_command with runs names no interval")
+
+print("\n".join(failed) if failed else "scale_fit: every design's coefficients recovered; intervals as expected")
 sys.exit(1 if failed else 0)
