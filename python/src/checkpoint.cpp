@@ -86,6 +86,7 @@ class PyManager {
   // `shard`: (global_shape, offsets) of this rank's chunk of a global tensor, or none.
   void register_tensor(const std::string& name, nb::handle tensor, bool replicated,
                        std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> shard) {
+    refuse_after_peer_failure();
     View v = view(tensor, fmt::format("tensor '{}'", name));
     if (v.on_cuda && !kHaveCuda)
       throw UsageError(fmt::format("tensor '{}' is on CUDA device {}, and this trainrt was built without CUDA "
@@ -121,6 +122,7 @@ class PyManager {
   }
 
   void register_blob(const std::string& name, bool replicated) {
+    refuse_after_peer_failure();
     if (blobs_.count(name)) throw UsageError(fmt::format("'{}' is registered twice", name), "checkpoint");
     auto& b = blobs_[name];
     try {
@@ -143,6 +145,7 @@ class PyManager {
     refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
+    refuse_after_peer_failure();  // again: another thread's wait may have failed while this one waited
     // An earlier save still in flight: its outcome first (an error of it surfaces here).
     if (pending_) finish_pending();
     stage_raw();
@@ -157,6 +160,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      refuse_after_peer_failure();
       if (pending_) r = finish_pending();
     }
     if (!r) return nb::none();
@@ -169,6 +173,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      refuse_after_peer_failure();
       if (pending_) r = finish_pending();
       manager_->wait_idle();
     }
@@ -184,6 +189,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
+      refuse_after_peer_failure();
       try {
         std::lock_guard collective(world_.collective_mutex());
         ckpt::wait_with_peers(pending_.value_or(std::shared_future<ckpt::SaveResult>{}), *world_.runtime().host);
@@ -193,6 +199,9 @@ class PyManager {
         if (e.failure()) {
           peers_failed_ = true;
           pending_.reset();
+          // Its PMIx session is inside that save's fence (on the leaked writer thread): the
+          // process's end must not finalize or free it under that thread.
+          world_.leave_runtime_at_exit();
         }
         throw;
       }
@@ -205,6 +214,8 @@ class PyManager {
 
   // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
   // that holds the manager (a wait() in progress) means not yet.
+  bool peers_failed() const { return peers_failed_; }
+
   bool save_done() {
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
@@ -215,6 +226,7 @@ class PyManager {
     refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
+    refuse_after_peer_failure();
     if (pending_) finish_pending();
     std::int64_t step = manager_->restore();
     if (step >= 0) unstage_raw();
@@ -225,8 +237,13 @@ class PyManager {
   std::string directory() const { return manager_->directory(); }
 
   [[noreturn]] void save_and_exit(std::uint64_t step, const ckpt::Metadata& metadata) {
+    refuse_after_peer_failure();
     nb::gil_scoped_release release;
-    mutex_.lock();  // never unlocked: the process exits
+    mutex_.lock();  // never unlocked once the save starts: the process exits
+    if (peers_failed_) {
+      mutex_.unlock();
+      refuse_after_peer_failure();
+    }
     try {
       if (pending_) finish_pending();
       stage_raw();
@@ -336,6 +353,7 @@ void bind_checkpoint(nb::module_& m) {
       .def("wait", &PyManager::wait)
       .def("wait_watching_peers", &PyManager::wait_watching_peers)
       .def("save_done", &PyManager::save_done)
+      .def_prop_ro("peers_failed", &PyManager::peers_failed)
       .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)
       .def_prop_ro("restored_metadata", &PyManager::restored_metadata)

@@ -111,8 +111,9 @@ World::World(double timeout_seconds, bool quiet, const std::string& nccl) : owne
 }
 
 World::~World() {
-  if (::getpid() != owner_pid_) {
+  if (::getpid() != owner_pid_ || leave_at_exit_) {
     // A forked child: the shared memory, PMIx connection and threads are the parent's. Leave them.
+    // Or a thread of this process is inside the session for good (leave_runtime_at_exit).
     (void)rt_.release();
     return;
   }

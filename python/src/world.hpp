@@ -3,6 +3,7 @@
 // Every blocking call releases the GIL; collectives of one world are serialised by a mutex so two
 // Python threads cannot interleave halves of two collectives (ranks must still issue them in the
 // same order, as in C++).
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,10 +24,17 @@ class World {
   bootstrap::Session& session() { return *rt_->session; }
   std::mutex& collective_mutex() { return mutex_; }
 
+  // A thread of this process (a checkpoint save that waits for a rank that died) is inside the
+  // session for good: at destruction the runtime is left as it is, as in a forked child, instead
+  // of finalizing PMIx and freeing the session (and the mutex that thread holds) under it. The
+  // process is ending; the launcher cleans up a client that leaves without finalizing.
+  void leave_runtime_at_exit() { leave_at_exit_ = true; }
+
  private:
   std::unique_ptr<Runtime> rt_;
   std::mutex mutex_;
   int owner_pid_ = 0;  // a forked child (a DataLoader worker) must not tear down the parent's runtime
+  std::atomic<bool> leave_at_exit_{false};
 };
 
 }  // namespace trainrt::py

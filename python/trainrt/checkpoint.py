@@ -429,10 +429,15 @@ class Manager:
         self._native.save_and_exit(_step(step), md)
 
     def close(self) -> None:
-        """Waits for a save in flight and releases the staging memory and registered tensors."""
+        """Waits for a save in flight and releases the staging memory and registered tensors.
+        After a PeerError from wait(watch_peers=True) it does not wait (the save waits for the
+        dead rank) and raises nothing: in a `with` block the PeerError is what propagates."""
         if self._m is not None:
             try:
-                self._settle_pending(self._m.wait)
+                if self._m.peers_failed:
+                    self._pending = None
+                else:
+                    self._settle_pending(self._m.wait)
             finally:
                 self._m = None
                 self._tensors.clear()

@@ -84,13 +84,24 @@ elif mode == "die_in_save":
         sys.exit(1)
     except trainrt.PeerError as e:
         took = time.monotonic() - t0
-        try:  # the Manager is done: a later call refuses at once instead of waiting for the save
-            ckpt.wait()
-            refused = False
-        except trainrt.Error as again:
-            refused = "watch_peers" in str(again)
-        ok = took < FENCE_S / 2 and e.ranks == (1,) and refused
-        say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s, later call refused={refused}: {e}")
+        # The Manager is done: every later call that would wait for the save refuses at once, and
+        # closing it neither waits nor raises (in a `with` block the PeerError is what propagates).
+        later = {"wait": ckpt.wait, "save": lambda: ckpt.save(2), "save_and_exit": lambda: ckpt.save_and_exit(2),
+                 "register": lambda: ckpt.register("late", np.zeros(4, dtype=np.float32)), "restore": ckpt.restore}
+        refused = []
+        for name, call in later.items():
+            t1 = time.monotonic()
+            try:
+                call()
+            except trainrt.Error as again:
+                if "watch_peers" in str(again) and time.monotonic() - t1 < 1:
+                    refused.append(name)
+        t1 = time.monotonic()
+        ckpt.close()
+        closed = time.monotonic() - t1 < 1
+        ok = took < FENCE_S / 2 and e.ranks == (1,) and len(refused) == len(later) and closed
+        say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s, later calls refused: "
+            f"{','.join(refused)}, closed at once={closed}: {e}")
         # Not the process's exit at once, as a job would (srun ends the step): Open MPI 4.1's mpirun
         # deadlocked (ext3x_server_deregister_client) in about 1 run of 60 when these ranks left
         # with the save's fence still pending there. Its timeout ends the fence first.
