@@ -214,7 +214,7 @@ class Trainer {
     if (rank_ == 0) fmt::print("train-mlp: stop signal at step {}: final checkpoint, exit {}\n", done, kRequeueExitCode);
     finish_pending();
     std::memcpy(step_blob.data(), &done, 8);
-    save_and_exit(ckpt_, done);
+    save_and_exit(ckpt_, done, metadata());  // the loss too: a rerun with no step left reports it
   }
 
   // Faults fire in the first attempt only, so the rerun that resumes gets past them.

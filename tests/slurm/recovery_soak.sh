@@ -41,6 +41,7 @@ first_round=${SOAK_FROM:-1}
 [[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
   { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
 steps=${SOAK_STEPS:-300}
+[[ $steps =~ ^[0-9]{1,9}$ ]] && steps=$((10#$steps))  # 021 is 21, not octal
 [[ $steps =~ ^[0-9]+$ && $steps -ge 21 ]] || { echo "recovery_soak.sh: SOAK_STEPS '$steps' must be a number >= 21" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 source "$repo/tests/slurm/recovery_lib.sh"
