@@ -207,14 +207,14 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
                     f"measured {y:9.1f} ms, model {p:9.1f} ms, error {errs[-1]:.0%}")
             band = median_interval(runs[k][fig]) if runs else None
             if band:
-                spreads.append(max(y - band[0], band[1] - y) / y)
+                spreads.append((band[1] - band[0]) / 2 / y)  # the interval's half-width, relative
                 inside += band[0] <= p <= band[1]
                 line += f"; the median's 90% interval {band[0]:.1f}-{band[1]:.1f} ms ({len(runs[k][fig])} runs)"
             print(line)
         print(f"  held-out error: median {statistics.median(errs):.0%}, max {max(errs):.0%} over {len(errs)} points")
         if spreads:
             # An error goal below the measurement's own spread cannot be told from noise at these runs.
-            print(f"  the held-out medians' own spread (bootstrap, 90%): median {statistics.median(spreads):.0%}, "
+            print(f"  the held-out medians' own spread (half-width of the 90% bootstrap interval): median {statistics.median(spreads):.0%}, "
                   f"max {max(spreads):.0%}; the model inside that interval at {inside} of {len(spreads)} points")
         if fig in ("init_last", "floor_last", "ckpt_commit"):
             errors_all += errs

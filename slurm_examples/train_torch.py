@@ -118,13 +118,16 @@ def main(argv):
     loss_fn = torch.nn.MSELoss()
     flag = torch.zeros(1)
     loss = torch.zeros(())
+    trained = False
     while done < a.steps:
         # Signals reach the ranks at different moments: agree (max) so all stop after the same step.
         flag[0] = 1.0 if ckpt.stop_requested() else 0.0
         world.allreduce(flag, op="max")
         if flag[0] > 0:
             say(f"stop signal at step {done}: final checkpoint, exit 75")
-            ckpt.save_and_exit(done)
+            # The loss too (what a rerun with no step left reports): this run's, or the restored one.
+            last = f"{loss.item():.9g}" if trained else ckpt.restored_metadata.get("loss")
+            ckpt.save_and_exit(done, {"loss": last} if last is not None else None)
         step = done + 1
         x, y = make_batch(a.seed, step, rank, a.batch, device)
         opt.zero_grad(set_to_none=False)
@@ -132,6 +135,7 @@ def main(argv):
         loss.backward()
         opt.step()
         done = step
+        trained = True
         if a.kill_at == step and rank == kill_rank:
             print(f"train_torch: rank {rank} kills itself after step {step} (--kill-at)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)

@@ -212,10 +212,10 @@ class PyManager {
     return save_result(*r);
   }
 
-  // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
-  // that holds the manager (a wait() in progress) means not yet.
   bool peers_failed() const { return peers_failed_; }
 
+  // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
+  // that holds the manager (a wait() in progress) means not yet.
   bool save_done() {
     std::unique_lock lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
@@ -340,7 +340,8 @@ nb::dict step_report(const ckpt::StepReport& s) {
 }  // namespace
 
 void bind_checkpoint(nb::module_& m) {
-  nb::class_<PyManager>(m, "Manager", "Use trainrt.checkpoint.Manager.")
+  // Weak references: a test sees the native Manager go (and not wait) after a peer failure.
+  nb::class_<PyManager>(m, "Manager", "Use trainrt.checkpoint.Manager.", nb::is_weak_referenceable())
       .def(nb::init<World&, const std::string&, unsigned, bool, bool>(), nb::arg("world"), nb::arg("directory"),
            nb::arg("keep_last") = 2, nb::arg("verify_before_load") = false, nb::arg("verbose") = false,
            nb::keep_alive<1, 2>())  // the world outlives its managers

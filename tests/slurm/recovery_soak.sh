@@ -28,6 +28,10 @@
 set -uo pipefail
 build=$(cd "$1" && pwd)
 rounds=${2:-8} seed=${3:-$(date +%s)}
+# Leading zeros mean octal to bash arithmetic: 010 would be 8 rounds, 08 an error. Digits are read
+# as decimal here; the checks below name anything else.
+decimal() { [[ $1 =~ ^[0-9]{1,15}$ ]] && echo $((10#$1)) || echo "$1"; }
+rounds=$(decimal "$rounds") seed=$(decimal "$seed")
 [[ $rounds =~ ^[0-9]+$ && $rounds -ge 1 ]] || { echo "recovery_soak.sh: ROUNDS '$rounds' must be a number >= 1" >&2; exit 2; }
 [[ $seed =~ ^[0-9]+$ ]] || { echo "recovery_soak.sh: SEED '$seed' must be a number" >&2; exit 2; }
 read -ra faults <<<"${SOAK_FAULTS:-lost kill link double}"
@@ -35,13 +39,12 @@ for f in "${faults[@]}"; do
   [[ $f =~ ^(lost|kill|link|double)$ ]] || { echo "recovery_soak.sh: SOAK_FAULTS names '$f'; valid: lost kill link double" >&2; exit 2; }
 done
 (( ${#faults[@]} )) || { echo "recovery_soak.sh: SOAK_FAULTS is empty" >&2; exit 2; }
-first_round=${SOAK_FROM:-1}
+first_round=$(decimal "${SOAK_FROM:-1}")
 [[ $first_round =~ ^[0-9]+$ && $first_round -ge 1 ]] || { echo "recovery_soak.sh: SOAK_FROM '$first_round' must be a round number >= 1" >&2; exit 2; }
 [[ -z ${SOAK_KEEP:-} || -d ${SOAK_KEEP:-} ]] || { echo "recovery_soak.sh: SOAK_KEEP '$SOAK_KEEP' is not a folder" >&2; exit 2; }
 [[ -z ${SOAK_SECOND:-} || $SOAK_SECOND =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
   { echo "recovery_soak.sh: SOAK_SECOND '$SOAK_SECOND' must be a number of seconds" >&2; exit 2; }
-steps=${SOAK_STEPS:-300}
-[[ $steps =~ ^[0-9]{1,9}$ ]] && steps=$((10#$steps))  # 021 is 21, not octal
+steps=$(decimal "${SOAK_STEPS:-300}")
 [[ $steps =~ ^[0-9]+$ && $steps -ge 21 ]] || { echo "recovery_soak.sh: SOAK_STEPS '$steps' must be a number >= 21" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 source "$repo/tests/slurm/recovery_lib.sh"
