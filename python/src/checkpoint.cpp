@@ -70,6 +70,7 @@ class PyManager {
   }
 
   ~PyManager() {
+    if (::getpid() == owner_pid_) adopt_world_failure();  // no other thread holds it now
     if (::getpid() != owner_pid_ || peers_failed_) {
       // A forked child: the writer thread and staging are the parent's. A peer lost during
       // wait(watch_peers=True): the writer thread waits for it and the process is ending.
@@ -145,7 +146,7 @@ class PyManager {
     refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    refuse_after_peer_failure();  // again: another thread's wait may have failed while this one waited
+    refuse_collective_locked();  // again: another thread's wait may have failed while this one waited
     // An earlier save still in flight: its outcome first (an error of it surfaces here).
     if (pending_) finish_pending();
     stage_raw();
@@ -160,7 +161,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      refuse_after_peer_failure();
+      refuse_locked();
       if (pending_) r = finish_pending();
     }
     if (!r) return nb::none();
@@ -173,7 +174,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      refuse_after_peer_failure();
+      refuse_locked();
       if (pending_) r = finish_pending();
       manager_->wait_idle();
     }
@@ -189,7 +190,7 @@ class PyManager {
     {
       nb::gil_scoped_release release;
       std::lock_guard lock(mutex_);
-      refuse_after_peer_failure();
+      refuse_collective_locked();
       try {
         std::lock_guard collective(world_.collective_mutex());
         ckpt::wait_with_peers(pending_.value_or(std::shared_future<ckpt::SaveResult>{}), *world_.runtime().host);
@@ -212,7 +213,10 @@ class PyManager {
     return save_result(*r);
   }
 
-  bool peers_failed() const { return peers_failed_; }
+  bool peers_failed() {
+    if (std::unique_lock lock(mutex_, std::try_to_lock); lock.owns_lock()) adopt_world_failure();
+    return peers_failed_;
+  }
 
   // Whether the last save() is committed (or failed) on every rank, without blocking: a thread
   // that holds the manager (a wait() in progress) means not yet.
@@ -226,7 +230,7 @@ class PyManager {
     refuse_after_peer_failure();
     nb::gil_scoped_release release;
     std::lock_guard lock(mutex_);
-    refuse_after_peer_failure();
+    refuse_collective_locked();
     if (pending_) finish_pending();
     std::int64_t step = manager_->restore();
     if (step >= 0) unstage_raw();
@@ -240,9 +244,11 @@ class PyManager {
     refuse_after_peer_failure();
     nb::gil_scoped_release release;
     mutex_.lock();  // never unlocked once the save starts: the process exits
-    if (peers_failed_) {
+    try {
+      refuse_collective_locked();
+    } catch (...) {
       mutex_.unlock();
-      refuse_after_peer_failure();
+      throw;
     }
     try {
       if (pending_) finish_pending();
@@ -272,8 +278,35 @@ class PyManager {
 
   void refuse_after_peer_failure() const {
     if (peers_failed_)
-      throw Error("a rank failed during wait(watch_peers=True): this Manager's save waits for it; end the process",
+      throw Error("a rank failed while this Manager's save was in flight (seen by wait(watch_peers=True) or a "
+                  "collective of the world): the save waits for it; end the process",
                   "checkpoint");
+  }
+  void refuse_locked() {
+    adopt_world_failure();
+    refuse_after_peer_failure();
+  }
+  // For the calls that need every rank (save, restore, save_and_exit, wait(watch_peers=True)):
+  // after a PeerError of the world's collectives none of them can complete.
+  void refuse_collective_locked() {
+    refuse_locked();
+    if (world_.peer_failed())
+      throw Error("a rank of the world failed (one of its collectives raised PeerError): no save or restore can "
+                  "agree without it; end the process",
+                  "checkpoint");
+  }
+
+  // The world's own collectives saw a rank fail while a save is still in flight: that save's
+  // commit waits for the rank too, so this Manager is done as after wait(watch_peers=True)'s
+  // PeerError. A save already finished is left to be collected as usual. Needs mutex_ (or no
+  // other thread).
+  void adopt_world_failure() {
+    if (peers_failed_ || !world_.peer_failed() || !pending_ || !pending_->valid() ||
+        pending_->wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+      return;
+    peers_failed_ = true;
+    pending_.reset();
+    world_.leave_runtime_at_exit();
   }
 
   ckpt::SaveResult finish_pending() {

@@ -56,12 +56,12 @@ nb::bytes to_bytes(const bootstrap::Blob& b) { return nb::bytes(reinterpret_cast
 // freeing the memory under a running collective is not an option.
 class PyWork {
  public:
-  PyWork(Work work, View view) : work_(std::move(work)), view_(std::move(view)) {}
+  PyWork(World& world, Work work, View view) : world_(world), work_(std::move(work)), view_(std::move(view)) {}
   ~PyWork() {
     if (waited_) return;
     nb::gil_scoped_release release;
     try {
-      work_.wait();
+      world_.collective([&] { work_.wait(); });
     } catch (const std::exception& e) {
       std::fprintf(stderr, "trainrt: an allreduce_async nobody waited for failed: %s\n", e.what());
     }
@@ -73,12 +73,13 @@ class PyWork {
     {
       nb::gil_scoped_release release;
       waited_ = true;  // even when it throws: the error is reported once, here
-      work_.wait();
+      world_.collective([&] { work_.wait(); });
     }
   }
   bool done() const { return work_.test(); }
 
  private:
+  World& world_;  // kept alive by the binding (keep_alive)
   Work work_;
   View view_;
   bool waited_ = false;
@@ -145,7 +146,7 @@ void bind_world(nb::module_& m) {
             if (v.count == 0) return;  // nothing to reduce; every rank sees the same shape
             nb::gil_scoped_release release;
             std::lock_guard lock(w.collective_mutex());
-            w.runtime().host->allreduce(v.data, v.data, v.count, *v.dtype, rop);
+            w.collective([&] { w.runtime().host->allreduce(v.data, v.data, v.count, *v.dtype, rop); });
           },
           nb::arg("tensor"), nb::arg("op") = "sum")
       .def(
@@ -157,16 +158,16 @@ void bind_world(nb::module_& m) {
             if (v.count != 0) {
               nb::gil_scoped_release release;
               std::lock_guard lock(w.collective_mutex());  // issue order = call order
-              work = w.runtime().host->allreduce_async(v.data, v.data, v.count, *v.dtype, rop);
+              work = w.collective([&] { return w.runtime().host->allreduce_async(v.data, v.data, v.count, *v.dtype, rop); });
             }
-            return std::make_unique<PyWork>(std::move(work), std::move(v));
+            return std::make_unique<PyWork>(w, std::move(work), std::move(v));
           },
           nb::arg("tensor"), nb::arg("op") = "sum", nb::keep_alive<0, 1>())  // the world outlives its Work
       .def("barrier",
            [](World& w) {
              nb::gil_scoped_release release;
              std::lock_guard lock(w.collective_mutex());
-             w.runtime().host->barrier();
+             w.collective([&] { w.runtime().host->barrier(); });
            })
       .def(
           "broadcast_bytes",

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
 
 namespace trainrt::py {
@@ -30,11 +31,26 @@ class World {
   // process is ending; the launcher cleans up a client that leaves without finalizing.
   void leave_runtime_at_exit() { leave_at_exit_ = true; }
 
+  // Runs one of the world's host collectives; a PeerError from it (a rank died, timed out or
+  // aborted) is remembered: a checkpoint save in flight then cannot commit either, and the
+  // Manager must not wait for it at close or exit.
+  template <typename F>
+  decltype(auto) collective(F&& f) {
+    try {
+      return f();
+    } catch (const PeerError&) {
+      peer_failed_ = true;
+      throw;
+    }
+  }
+  bool peer_failed() const { return peer_failed_; }
+
  private:
   std::unique_ptr<Runtime> rt_;
   std::mutex mutex_;
   int owner_pid_ = 0;  // a forked child (a DataLoader worker) must not tear down the parent's runtime
   std::atomic<bool> leave_at_exit_{false};
+  std::atomic<bool> peer_failed_{false};
 };
 
 }  // namespace trainrt::py

@@ -4,6 +4,8 @@
   die_in_save: rank 1 exits while a checkpoint persists; wait(watch_peers=True) raises PeerError on
             every other rank in under half the fence's timeout, where a wait for the save takes all
             of it (FAULTS_WATCH_PEERS=0: the plain wait(), to see what it does instead).
+  die_in_training: the same death, learnt from a collective of the world: the Manager is done too
+            (calls refused, close and its destructor do not wait for the save).
   mismatch: ranks reduce different element counts; every rank gets trainrt.UsageError."""
 import gc
 import os
@@ -66,10 +68,11 @@ elif mode == "mismatch":
     except Exception as e:  # noqa: BLE001
         say(f"rank {r}: WRONG-ERROR {type(e).__name__}: {e}")
     world.allgather_bytes(b"")  # every rank said its line before any exits (over the bootstrap)
-elif mode == "die_in_save":
-    # Rank 1 dies while a save persists: wait(watch_peers=True) raises PeerError on the others
-    # in a fraction of a second (the plain wait() raises the save fence's TIMEOUT after FENCE_S;
-    # under Slurm, Slurm's KillWait came first).
+elif mode in ("die_in_save", "die_in_training"):
+    # Rank 1 dies while a save persists. die_in_save: wait(watch_peers=True) raises PeerError on
+    # the others in a fraction of a second (the plain wait() raises the save fence's TIMEOUT after
+    # FENCE_S; under Slurm, Slurm's KillWait came first). die_in_training: the others learn it from
+    # a collective of the world, as a training step would, and the Manager is done all the same.
     import tempfile
     root = world.broadcast_bytes(tempfile.mkdtemp(prefix="trainrt-faults-").encode() if r == 0 else None).decode()
     ckpt = trainrt.checkpoint.Manager(os.path.join(root, "c"), verbose=False)
@@ -81,7 +84,11 @@ elif mode == "die_in_save":
         os._exit(9)
     t0 = time.monotonic()
     try:
-        ckpt.wait(watch_peers=os.environ.get("FAULTS_WATCH_PEERS", "1") == "1")
+        if mode == "die_in_save":
+            ckpt.wait(watch_peers=os.environ.get("FAULTS_WATCH_PEERS", "1") == "1")
+        else:
+            for _ in range(1000):
+                world.allreduce(buf)
         say(f"rank {r}: death during the save NOT detected")
         sys.exit(1)
     except trainrt.PeerError as e:
@@ -90,13 +97,19 @@ elif mode == "die_in_save":
         # closing it neither waits nor raises (in a `with` block the PeerError is what propagates).
         later = {"wait": ckpt.wait, "save": lambda: ckpt.save(2), "save_and_exit": lambda: ckpt.save_and_exit(2),
                  "register": lambda: ckpt.register("late", np.zeros(4, dtype=np.float32)), "restore": ckpt.restore}
+        if mode == "die_in_training":
+            # wait() gives the save's outcome if it already failed (the launcher may fail its fence
+            # at once when the rank was dead before the fence began), else refuses; either at once.
+            later = {"wait": ckpt.wait, "save": lambda: ckpt.save(2), "restore": ckpt.restore,
+                     "save_and_exit": lambda: ckpt.save_and_exit(2)}
         refused = []
         for name, call in later.items():
             t1 = time.monotonic()
             try:
                 call()
             except trainrt.Error as again:
-                if "watch_peers" in str(again) and time.monotonic() - t1 < 1:
+                wanted = mode == "die_in_training" and name == "wait" or "end the process" in str(again)
+                if wanted and time.monotonic() - t1 < 1:
                     refused.append(name)
         native = weakref.ref(ckpt._m)
         t1 = time.monotonic()
@@ -122,4 +135,4 @@ elif mode == "die_in_save":
         say(f"rank {r}: WRONG-ERROR after {time.monotonic() - t0:.2f} s: {type(e).__name__}: {e}")
         sys.exit(1)
 else:
-    sys.exit(f"unknown mode {mode!r}: die, die_in_save or mismatch")
+    sys.exit(f"unknown mode {mode!r}: die, die_in_save, die_in_training or mismatch")
