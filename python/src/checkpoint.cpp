@@ -197,13 +197,7 @@ class PyManager {
       } catch (const Error& e) {
         // The save in flight waits for the dead rank: nothing may wait for it again (the
         // destructor, or a later call, would until the session's timeout or Slurm's SIGKILL).
-        if (e.failure()) {
-          peers_failed_ = true;
-          pending_.reset();
-          // Its PMIx session is inside that save's fence (on the leaked writer thread): the
-          // process's end must not finalize or free it under that thread.
-          world_.leave_runtime_at_exit();
-        }
+        if (e.failure()) abandon_pending();
         throw;
       }
       if (pending_) r = finish_pending();
@@ -304,6 +298,13 @@ class PyManager {
     if (peers_failed_ || !world_.peer_failed() || !pending_ || !pending_->valid() ||
         pending_->wait_for(std::chrono::seconds(0)) == std::future_status::ready)
       return;
+    abandon_pending();
+  }
+
+  // The save in flight waits for a dead rank: this Manager is done, nothing waits for that save
+  // again, and since its writer thread is inside the world's PMIx session (the commit's fence),
+  // the process's end must not finalize or free that session under it.
+  void abandon_pending() {
     peers_failed_ = true;
     pending_.reset();
     world_.leave_runtime_at_exit();
