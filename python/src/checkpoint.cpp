@@ -193,7 +193,9 @@ class PyManager {
       refuse_collective_locked();
       try {
         std::lock_guard collective(world_.collective_mutex());
-        ckpt::wait_with_peers(pending_.value_or(std::shared_future<ckpt::SaveResult>{}), *world_.runtime().host);
+        // Through the world: its PeerError then also stops every other Manager of this world.
+        world_.collective(
+            [&] { ckpt::wait_with_peers(pending_.value_or(std::shared_future<ckpt::SaveResult>{}), *world_.runtime().host); });
       } catch (const Error& e) {
         // The save in flight waits for the dead rank: nothing may wait for it again (the
         // destructor, or a later call, would until the session's timeout or Slurm's SIGKILL).

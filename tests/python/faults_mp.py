@@ -96,7 +96,10 @@ elif mode in ("die_in_save", "die_in_training"):
         # The Manager is done: every later call that would wait for the save refuses at once, and
         # closing it neither waits nor raises (in a `with` block the PeerError is what propagates).
         later = {"wait": ckpt.wait, "save": lambda: ckpt.save(2), "save_and_exit": lambda: ckpt.save_and_exit(2),
-                 "register": lambda: ckpt.register("late", np.zeros(4, dtype=np.float32)), "restore": ckpt.restore}
+                 "register": lambda: ckpt.register("late", np.zeros(4, dtype=np.float32)), "restore": ckpt.restore,
+                 # The world knows too: a second Manager's save would wait for the dead rank.
+                 "another_manager": lambda: trainrt.checkpoint.Manager(os.path.join(root, f"other-{r}"),
+                                                                       verbose=False).save(2)}
         if mode == "die_in_training":
             # wait() gives the save's outcome if it already failed (the launcher may fail its fence
             # at once when the rank was dead before the fence began), else refuses; either at once.
