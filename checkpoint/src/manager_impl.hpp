@@ -90,6 +90,9 @@ struct Manager::Impl {
   std::vector<format::TensorRecord> layout;  // every rank's chunks, per tensor
   std::unique_ptr<Communicator> own_host;    // restore's communicator when Options::host is null; buddy copies
   RestoreReport report;                      // of the last restore()
+  // The newest step the last restore() passed over only because its per-rank state needs the world
+  // size that saved it: starting fresh then would silently drop that progress, so restore() refuses.
+  std::string refused_for_world_size;
 
   // The memory tier's state on this rank (tier_save.cpp, tier_restore.cpp).
   struct Tier {

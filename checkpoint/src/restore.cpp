@@ -68,11 +68,15 @@ std::string Manager::Impl::check(const Dir& base, std::uint64_t step, Candidate&
   // format-1 step has no layout to reshard from, so its entries load only where they were saved.
   const bool reshard = manifest.format >= 2 && !wanted.empty() && !same_layout(manifest, wanted, session.size());
   auto moves = [&](const Entry& e) { return e.shard && reshard; };
+  auto wrong_size = [&](std::string why) {
+    if (refused_for_world_size.empty()) refused_for_world_size = fmt::format("step {}: {}", step, why);
+    return why;
+  };
   for (const auto& e : entries) {
     if (moves(e) || !resize || e.sharding == Sharding::Replicated) continue;
-    return fmt::format("saved by {} ranks, this job has {}; '{}' is per-rank state, which only the same world size can "
-                       "restore (register it replicated, or as a chunk of a global tensor with a Shard)",
-                       manifest.world_size, session.size(), e.name);
+    return wrong_size(fmt::format("saved by {} ranks, this job has {}; '{}' is per-rank state, which only the same world "
+                                  "size can restore (register it replicated, or as a chunk of a global tensor with a Shard)",
+                                  manifest.world_size, session.size(), e.name));
   }
   c.metadata = manifest.metadata;
   if (reshard) {
@@ -95,8 +99,8 @@ std::string Manager::Impl::check(const Dir& base, std::uint64_t step, Candidate&
     if (f->kind != kind) return fmt::format("entry '{}' is a {} in {}, registered as a {}", e.name, f->kind, c.reader.name(), kind);
     // Another world size reads rank 0's shard for every rank: only state saved as replicated may.
     if (resize && !f->replicated)
-      return fmt::format("entry '{}' was saved per rank by {} ranks; it cannot be restored by {}", e.name,
-                         manifest.world_size, session.size());
+      return wrong_size(fmt::format("entry '{}' was saved per rank by {} ranks; it cannot be restored by {}", e.name,
+                                    manifest.world_size, session.size()));
     if (kind == std::string("buffer") && (f->bytes != e.bytes || f->dtype != to_string(e.dtype)))
       return fmt::format("entry '{}' is {} bytes of {}, registered {} bytes of {}", e.name, f->bytes, f->dtype, e.bytes,
                          to_string(e.dtype));
@@ -216,6 +220,7 @@ std::int64_t Manager::Impl::restore() {
   join();
   ensure_tier();
   report = RestoreReport{};
+  refused_for_world_size.clear();
   // A restore may read into staging (verify_before_load): never through the mapping of a tier
   // file, which holds a copy restore may still need. Mapped again at the end.
   staging.unmap();
@@ -305,6 +310,11 @@ std::int64_t Manager::Impl::restore() {
                                       "them again before training from scratch (Options::verify_before_load keeps them "
                                       "untouched)",
                                       overwritten_by),
+                          "checkpoint restore");
+  if (!refused_for_world_size.empty())
+    throw CheckpointError(fmt::format("no step this world can restore, and starting fresh would drop the progress of {}: "
+                                      "run at the world size that saved it, or remove those steps to start over",
+                                      refused_for_world_size),
                           "checkpoint restore");
   log("checkpoint: no usable checkpoint; starting fresh");
   return -1;

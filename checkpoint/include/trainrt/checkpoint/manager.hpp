@@ -156,7 +156,9 @@ class Manager {
   std::shared_future<SaveResult> snapshot(std::uint64_t step, Metadata metadata = {});
   // Newest step verified on every rank, loaded into the registered buffers; -1 when none is
   // usable (the buffers untouched). Throws trainrt::Error when none is usable but a step that
-  // failed its checksums was already read into the buffers (see Options::verify_before_load).
+  // failed its checksums was already read into the buffers (see Options::verify_before_load),
+  // and when a step was passed over only because its per-rank state needs the world size that
+  // saved it (starting fresh would drop that progress).
   // With the memory tier on, it returns before the tier file the next capture stages into is
   // mapped: that finishes in the background (wait_idle() waits for it; a capture joins it).
   std::int64_t restore();
