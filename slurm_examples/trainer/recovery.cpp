@@ -1,5 +1,6 @@
 #include "recovery.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -39,6 +40,13 @@ std::optional<ScriptTimes> script_times_from_env() {
   s.kind = env_text("TRAINRT_RECOVERY_KIND");
   s.excluded = env_text("TRAINRT_RECOVERY_EXCLUDED");
   s.spares = env_text("TRAINRT_RECOVERY_SPARES");
+  if (const std::string n = env_text("TRAINRT_RECOVERY_FAILED_LAUNCHES"); !n.empty()) {
+    unsigned v = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    if (ec != std::errc{} || end != n.data() + n.size() || v > 1000000)
+      throw trainrt::Error("'" + n + "' is not a count of launches", "TRAINRT_RECOVERY_FAILED_LAUNCHES");
+    s.failed_launches = v;
+  }
   return s;
 }
 
@@ -58,6 +66,7 @@ std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double 
             {"kind", s.kind},
             {"excluded", s.excluded},
             {"spares", s.spares},
+            {"failed_launches", s.failed_launches},
             {"restored_step", t.restored_step},
             {"restore_source", t.source},
             {"moved_copies", t.moved_copies},

@@ -32,6 +32,7 @@ struct ScriptTimes {
   std::string kind;        // spare | shrink | same (rerun on the same nodes)
   std::string excluded;    // nodes left out, comma-separated
   std::string spares;      // spare nodes brought in, comma-separated
+  unsigned failed_launches = 0;  // reruns of this recovery that failed before their first step
 };
 std::optional<ScriptTimes> script_times_from_env();
 
