@@ -158,11 +158,34 @@ std::vector<StepFiles> NodeDir::inventory(std::vector<std::string>& notes) const
     }
     StepFiles s;
     s.step = step;
+    // The shard files present (regular, ours) below `world` ranks, ascending.
+    auto list_shards = [&](unsigned world) {
+      for (const auto& n : d->names()) {
+        const auto rank = parse_shard_name(n);
+        if (!rank) continue;
+        struct stat fst {};
+        if (::fstatat(d->fd(), n.c_str(), &fst, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (why = check_owned(fst, false); !why.empty()) {
+          notes.push_back(fmt::format("{} is {} (not used)", d->path_of(n), why));
+          continue;
+        }
+        if (*rank < world) s.ranks.push_back(*rank);
+      }
+      std::sort(s.ranks.begin(), s.ranks.end());
+    };
     struct stat st {};
     Fd mf = open_own(*d, format::kManifestName, st, why, false);
     if (!mf) {
-      if (d->exists(format::kManifestName)) notes.push_back(fmt::format("{}: {}", d->path(), why));
-      continue;  // no manifest: an uncommitted tier step
+      if (d->exists(format::kManifestName)) {
+        notes.push_back(fmt::format("{}: {}", d->path(), why));
+        continue;
+      }
+      // No manifest: uncommitted here, or the job ended before this node wrote it. Its shard files
+      // are listed all the same (no manifest hash): when another node holds the step's manifest,
+      // restore copies it here and checks these files against it like any others.
+      list_shards(format::kMaxWorldSize);
+      if (!s.ranks.empty()) out.push_back(std::move(s));
+      continue;
     }
     std::string text;
     try {
@@ -178,18 +201,7 @@ std::vector<StepFiles> NodeDir::inventory(std::vector<std::string>& notes) const
       continue;
     }
     s.world_size = m.world_size;
-    for (const auto& n : d->names()) {
-      const auto rank = parse_shard_name(n);
-      if (!rank) continue;
-      struct stat fst {};
-      if (::fstatat(d->fd(), n.c_str(), &fst, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (why = check_owned(fst, false); !why.empty()) {
-        notes.push_back(fmt::format("{} is {} (not used)", d->path_of(n), why));
-        continue;
-      }
-      if (*rank < m.world_size) s.ranks.push_back(*rank);
-    }
-    std::sort(s.ranks.begin(), s.ranks.end());
+    list_shards(m.world_size);
     for (const auto& n : d->names()) {
       const auto holder = parity::parse_file_name(n);
       if (!holder) continue;

@@ -31,8 +31,8 @@ namespace trainrt::checkpoint::tier {
 // One step as a node's tier holds it.
 struct StepFiles {
   std::uint64_t step = 0;
-  std::string manifest_xxh3;   // of MANIFEST.json's bytes: nodes must agree on it
-  unsigned world_size = 0;     // as the manifest says (0 when it could not be read)
+  std::string manifest_xxh3;   // of MANIFEST.json's bytes: nodes must agree on it ("": no manifest here)
+  unsigned world_size = 0;     // as the manifest says (0 without one)
   std::vector<unsigned> ranks;  // whose shard files are present (regular, ours), ascending
   std::vector<parity::Header> parity;  // the parity files present (headers read and checked), by holder rank
 };

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <set>
 
 #include "buddy.hpp"
@@ -113,6 +114,11 @@ Manager::Impl::Holdings Manager::Impl::parse_holdings(const std::vector<bootstra
       per_node[n] = std::move(f);
     }
   }
+  // A step no node holds the manifest of was never committed: not a candidate. Where some node
+  // does, the others' files (no manifest there) count once restore has copied it to them.
+  std::erase_if(h.steps, [](const auto& step) {
+    return std::none_of(step.second.begin(), step.second.end(), [](const auto& f) { return f && !f->manifest_xxh3.empty(); });
+  });
   return h;
 }
 
@@ -129,16 +135,20 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
     if (!h.off[r].empty()) return fmt::format("the memory tier is off on rank {} ({})", r, h.off[r]);
   // The manifest: every node that holds one must hold the same bytes.
   std::optional<unsigned> source_node;
+  auto has_manifest = [&](unsigned n) { return held[n] && !held[n]->manifest_xxh3.empty(); };
   for (unsigned n = 0; n < nodes; ++n) {
-    if (!held[n]) continue;
+    if (!has_manifest(n)) continue;
     if (!source_node) source_node = n;
     else if (held[n]->manifest_xxh3 != held[*source_node]->manifest_xxh3)
       return fmt::format("the manifests of nodes {} and {} differ", h.nodes[*source_node], h.nodes[n]);
   }
   if (!source_node) return "no node holds its manifest";
   const std::string wanted_xxh3 = held[*source_node]->manifest_xxh3;
-  // Nodes without it (a spare) get the bytes the others hold, checked against their hash.
-  if (std::any_of(held.begin(), held.end(), [](const auto& f) { return !f; })) {
+  // Nodes without it (a spare, a node the job ended on before it wrote it) get the bytes the
+  // others hold, checked against their hash.
+  std::vector<bool> lacked(nodes);
+  for (unsigned n = 0; n < nodes; ++n) lacked[n] = !has_manifest(n);
+  if (std::find(lacked.begin(), lacked.end(), true) != lacked.end()) {
     const unsigned from = h.leader[*source_node];
     std::string text;
     if (rank == from) {
@@ -150,7 +160,7 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
     const bootstrap::Blob b = session.broadcast({reinterpret_cast<const std::uint8_t*>(text.data()), text.size()}, from);
     text.assign(b.begin(), b.end());
     std::string why;
-    if (rank == h.leader[me_node] && !held[me_node]) {
+    if (rank == h.leader[me_node] && lacked[me_node]) {
       why = run([&] {
         if (fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())) != wanted_xxh3)
           return fmt::format("the manifest from {} does not match its hash", h.nodes[*source_node]);
@@ -162,8 +172,16 @@ std::string Manager::Impl::restore_from_memory(std::uint64_t step, Holdings& h, 
       });
     }
     if (std::string all = join_why(gather_why(session, why)); !all.empty()) return all;
-    for (unsigned n = 0; n < nodes; ++n)
-      if (!held[n]) held[n] = tier::StepFiles{step, wanted_xxh3, held[*source_node]->world_size, {}, {}};
+    // A node's own files stay listed (shards below the step's world size; a parity file is only
+    // used where the manifest was when it was listed): the load checks them like any others.
+    const unsigned step_world = held[*source_node]->world_size;
+    for (unsigned n = 0; n < nodes; ++n) {
+      if (!lacked[n]) continue;
+      std::vector<unsigned> own;
+      if (held[n])
+        std::copy_if(held[n]->ranks.begin(), held[n]->ranks.end(), std::back_inserter(own), [&](unsigned r) { return r < step_world; });
+      held[n] = tier::StepFiles{step, wanted_xxh3, step_world, std::move(own), {}};
+    }
   }
   format::Manifest manifest;
   {

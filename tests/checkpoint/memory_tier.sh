@@ -58,6 +58,21 @@ if [[ $(count "^RESTORED 10 memory local=1 moved=0" "$out") -eq 4 && $(count "^C
   pass "restart on the same nodes: step 10 from each node's own copies, every byte as saved"
 else fail "same-node restart" "$out"; fi
 
+# ------------------------------------------------------------- a node the job ended on before its manifest
+# Snapshot 10 is committed on n1 (its MANIFEST written) when the job ends: n2 holds its own two
+# shards but no manifest yet, and no buddy copies were made (n2's of n1's, n1's of n2's are gone).
+# Every shard is still on its own node: the restart copies the manifest to n2 and loads from there.
+job=nm
+out=$(run 4 snapshot 10 --nodes n1,n1,n2,n2)
+rm -f "$(node_dir n2)/step_000000000010/MANIFEST.json" "$(tier_file n1 10 2)" "$(tier_file n1 10 3)" \
+      "$(tier_file n2 10 0)" "$(tier_file n2 10 1)"
+out=$(run 4 restore --nodes n1,n1,n2,n2)
+if [[ $(count "^RESTORED 10 memory local=1 moved=0" "$out") -eq 4 && $(count "^CONTENT ok" "$out") -eq 4 ]] &&
+   [[ -e $(node_dir n2)/step_000000000010/MANIFEST.json ]]; then
+  pass "n2 without the manifest of step 10: its own shards restored after the manifest came from n1, every byte as saved"
+else fail "a node without the manifest" "$out"; fi
+job=a
+
 # ------------------------------------------------------------- a lost node and a spare
 rm -rf "$(node_dir n2)"
 out=$(run 4 restore --nodes n1,n1,n3,n3)
