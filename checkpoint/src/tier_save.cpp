@@ -151,6 +151,10 @@ void Manager::Impl::map_tier_staging() {
       fd = tier::open_own(*d, tier.file, st, why, true);
       path = d->path_of(tier.file);
     }
+    // A committed step's file is mapped in place only when the mapping fits in it: growing it
+    // (state registered since) would change a copy that step's restore still verifies. It stays
+    // committed then, and the capture stages into a new file.
+    if (fd && static_cast<std::uint64_t>(st.st_size) < head + staging.size()) fd.reset();
     if (!fd) tier.file_step.reset();
   }
   if (!fd) {

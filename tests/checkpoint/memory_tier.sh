@@ -129,6 +129,13 @@ out=$(run 2 restore --nodes n1,n1 --state sharded)
 if [[ $(count "^RESTORED 10 memory" "$out") -eq 2 && $(count "^CONTENT ok" "$out") -eq 2 ]]; then
   pass "n2 lost, no spare: 4 -> 2 ranks on n1, sharded and replicated state resharded from memory (buddy copies of 2-3)"
 else fail "shrink from memory" "$out"; fi
+# That rerun ends before its first capture: the next restores the same step again. Each of its
+# ranks holds twice the state of a saved one, so its staging file must not be step 10's own
+# rank_0000r.shard grown in place (that copy would fail its checks, and n1 holds the only ones).
+out=$(run 2 restore --nodes n1,n1 --state sharded)
+if [[ $(count "^RESTORED 10 memory" "$out") -eq 2 && $(count "^CONTENT ok" "$out") -eq 2 ]]; then
+  pass "the shrink rerun again: step 10 from memory, its files untouched by the first rerun's staging (2x the state per rank)"
+else fail "a second shrink rerun from memory" "$out"; fi
 
 # ------------------------------------------------------------- no buddies: a lost node goes to disk
 job=g
