@@ -311,11 +311,15 @@ std::int64_t Manager::Impl::restore() {
                                       "untouched)",
                                       overwritten_by),
                           "checkpoint restore");
-  if (!refused_for_world_size.empty())
-    throw CheckpointError(fmt::format("no step this world can restore, and starting fresh would drop the progress of {}: "
-                                      "run at the world size that saved it, or remove those steps to start over",
-                                      refused_for_world_size),
-                          "checkpoint restore");
+  // Every rank decides alike: one whose check failed earlier for another reason never set it.
+  std::string refused;
+  for (const auto& b : session.allgather(to_blob(json{{"why", refused_for_world_size}})))
+    if (refused.empty()) refused = from_blob(b).at("why").get<std::string>();
+  if (!refused.empty())
+    throw WorldSizeError(fmt::format("no step this world can restore, and starting fresh would drop the progress of {}: "
+                                     "run at the world size that saved it, or remove those steps to start over",
+                                     refused),
+                         "checkpoint restore");
   log("checkpoint: no usable checkpoint; starting fresh");
   return -1;
 }

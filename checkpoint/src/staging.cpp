@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -57,6 +58,9 @@ std::string allocate_pages(int fd, std::uint64_t bytes) {
   if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return {};
   const int err = errno;
   if (err != EOPNOTSUPP) return fmt::format("cannot allocate {} bytes for the memory tier: {}", bytes, std::strerror(err));
+  // Never shorter: a longer file is a committed step's shard whose tail (its blobs) must stay.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= bytes) return {};
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
     return fmt::format("cannot size the memory tier file to {} bytes: {}", bytes, std::strerror(errno));
   return {};

@@ -497,6 +497,10 @@ int main(int argc, char** argv) {
   if (auto rc = parse_options(argc, argv, o)) return *rc;
   try {
     return o.check_device ? check_device() : train(o);
+  } catch (const checkpoint::WorldSizeError& e) {
+    // Not this node's fault, nor one a rerun at this size can mend: train.sbatch requeues for it.
+    std::fprintf(stderr, "train-mlp: error: %s\n", e.what());
+    return checkpoint::kWorldSizeExitCode;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train-mlp: error: %s\n", e.what());
     return 1;

@@ -252,6 +252,7 @@ TEST_CASE("world-size changes: sharded state refuses, replicated state restores"
   // Step 1 written by a real 2-rank world (one thread per rank), every entry replicated.
   save_in_world(f.dir, 2, checkpoint::Sharding::Replicated, 1);
   // f registered its entries PerRank: nothing restorable, and starting fresh would drop step 1.
+  CHECK_THROWS_AS(f.mgr->restore(), checkpoint::WorldSizeError);
   CHECK_THROWS_WITH(f.mgr->restore(), Catch::Contains("starting fresh would drop the progress of step 1") &&
                                           Catch::Contains("saved by 2 ranks, this job has 1"));
   f.open(checkpoint::Sharding::Replicated);

@@ -16,6 +16,7 @@
 
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/dtype.hpp"
+#include "trainrt/error.hpp"
 #include "trainrt/memory.hpp"
 
 namespace trainrt {
@@ -193,6 +194,13 @@ class Manager {
 void wait_with_peers(const std::shared_future<SaveResult>& save, Communicator& peers,
                      const std::function<bool()>& each_round = {});
 
+// restore() found steps, but every one it could use holds per-rank state saved by another world
+// size: training from scratch would drop their progress (kWorldSizeExitCode for a trainer).
+class WorldSizeError : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 }  // namespace trainrt::checkpoint
 
 // The stop-signal helpers (stop_signals.hpp, namespace trainrt) under the names they first had here.
@@ -201,6 +209,7 @@ void wait_with_peers(const std::shared_future<SaveResult>& save, Communicator& p
 namespace trainrt::checkpoint {
 using trainrt::install_stop_signals;
 using trainrt::kRequeueExitCode;
+using trainrt::kWorldSizeExitCode;
 using trainrt::save_and_exit;
 using trainrt::should_stop;
 using trainrt::stop_signal;

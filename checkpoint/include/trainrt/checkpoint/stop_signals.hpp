@@ -14,6 +14,9 @@ class Manager;
 
 // Exit code of save_and_exit(): sbatch templates requeue on it (EX_TEMPFAIL).
 constexpr int kRequeueExitCode = 75;
+// Exit code of a trainer whose restore() raised checkpoint::WorldSizeError: the checkpoint holds
+// per-rank state only the world size that saved it can restore (train.sbatch requeues for it).
+constexpr int kWorldSizeExitCode = 76;
 
 void install_stop_signals();
 bool should_stop();
