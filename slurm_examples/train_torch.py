@@ -101,7 +101,11 @@ def main(argv):
     # step) and restores them and the hyper-parameters in place.
     ckpt.register_state_dict("model.", model.state_dict(), replicated=True)
     ckpt.register_optimizer("optim.", opt, replicated=True)
-    done = ckpt.restore()
+    try:
+        done = ckpt.restore()
+    except trainrt.WorldSizeError as e:  # not this node's fault: train.sbatch requeues for it
+        print(f"train_torch: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(trainrt.WORLD_SIZE_EXIT_CODE)
     if done is not None:
         say(f"restored step {done} (loss then {ckpt.restored_metadata.get('loss', '?')})")
     else:

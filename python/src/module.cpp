@@ -9,6 +9,7 @@
 #include <new>
 
 #include "bindings.hpp"
+#include "trainrt/checkpoint/manager.hpp"
 
 namespace nb = nanobind;
 
@@ -18,6 +19,7 @@ PyObject* g_error = nullptr;
 PyObject* g_peer = nullptr;
 PyObject* g_usage = nullptr;
 PyObject* g_checkpoint = nullptr;
+PyObject* g_world_size = nullptr;
 
 PyObject* new_exception(const char* name, const char* doc, PyObject* bases) {
   PyObject* t = PyErr_NewExceptionWithDoc(name, doc, bases, nullptr);
@@ -67,10 +69,16 @@ NB_MODULE(_trainrt, m) {
   g_checkpoint = new_exception("trainrt.CheckpointError",
                                "A checkpoint could not be saved, restored or read (I/O, a damaged or foreign step).",
                                g_error);
+  g_world_size = new_exception("trainrt.WorldSizeError",
+                               "restore() found only steps whose per-rank state needs the world size that saved them: "
+                               "run at that size (a trainer exits WORLD_SIZE_EXIT_CODE, 76, so train.sbatch requeues).",
+                               g_checkpoint);
   m.attr("Error") = nb::borrow(g_error);
   m.attr("PeerError") = nb::borrow(g_peer);
   m.attr("UsageError") = nb::borrow(g_usage);
   m.attr("CheckpointError") = nb::borrow(g_checkpoint);
+  m.attr("WorldSizeError") = nb::borrow(g_world_size);
+  m.attr("WORLD_SIZE_EXIT_CODE") = trainrt::kWorldSizeExitCode;
 
   // Registered first, so tried last: whatever the typed translator below did not take.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -89,6 +97,8 @@ NB_MODULE(_trainrt, m) {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const trainrt::checkpoint::WorldSizeError& e) {
+      set_python_error(g_world_size, e);
     } catch (const trainrt::CheckpointError& e) {
       set_python_error(g_checkpoint, e);
     } catch (const trainrt::PeerError& e) {

@@ -7,7 +7,7 @@ PMIx session) and fault-tolerant checkpoints (trainrt.checkpoint). docs/python.m
 
 Every blocking call releases the GIL. Errors are trainrt.Error and its subclasses PeerError (a rank
 or the transport failed), UsageError (this program called the API wrongly; also a ValueError) and
-CheckpointError.
+CheckpointError (and its WorldSizeError).
 """
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import threading
 from typing import Any, List, Optional
 
 from . import _trainrt
-from ._trainrt import CheckpointError, Error, PeerError, UsageError
+from ._trainrt import CheckpointError, Error, PeerError, UsageError, WorldSizeError, WORLD_SIZE_EXIT_CODE
 
 __version__ = _trainrt.__version__
 has_cuda: bool = _trainrt.has_cuda
 
 __all__ = [
     "init", "world", "is_initialized", "World",
-    "Error", "PeerError", "UsageError", "CheckpointError", "has_cuda",
+    "Error", "PeerError", "UsageError", "CheckpointError", "WorldSizeError", "WORLD_SIZE_EXIT_CODE", "has_cuda",
 ]
 
 _lock = threading.Lock()

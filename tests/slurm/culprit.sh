@@ -71,6 +71,18 @@ if grep -q '^doctor: never arrived: rank 2 on trt-n2' <<<"$out" && grep -q 'reru
    tail -1 "$RUN_DIR/out/metrics_rank0.jsonl" | grep -q '"event":"end"'; then
   pass "train.sbatch: rank 2 stalled on trt-n2, the doctor named it, the rerun left trt-n2 out (4 -> 2 ranks), resharded the sharded optimizer state, resumed after step 20 and finished"
 else fail "train.sbatch exclusion (job $jobid)" "$(grep -vE '^step |checkpoint:' <<<"$out" | tail -25)"; fi
+
+# ------------------------------------------------- (b2) a trainer option misspelt: no rerun, no node left out
+# Every task exits 2 at once, the same on every node: rerunning or leaving nodes out cannot help.
+RUN_DIR=$work/sbatch-usage
+jobid=$(crun sbatch --parsable -N 2 --ntasks-per-node=2 --train-runtime=policy=numa,bind=off -o "$work/sbatch-usage.out" \
+        "$repo/slurm_examples/train.sbatch" --device cpu --no-such-option 3)
+for _ in $(seq 1 300); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+out=$(cat "$work/sbatch-usage.out" 2>/dev/null)
+if grep -q 'the trainer exited 2 (a usage error' <<<"$out" && ! grep -qE 'rerun|leaving out|replacing' <<<"$out" &&
+   [[ -e $RUN_DIR/out/srun-1.err && ! -e $RUN_DIR/out/srun-2.err ]]; then
+  pass "train.sbatch with a misspelt trainer option: the job ends after one step (exit 2), no rerun, no node left out"
+else fail "train.sbatch usage error (job $jobid)" "$(tail -12 <<<"$out")"; fi
 unset TRAINER DOCTOR RUN_DIR MAX_RERUNS
 
 # ---------------------------------------------------------------- (c) a rank slowed on purpose
