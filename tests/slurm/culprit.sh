@@ -79,7 +79,7 @@ jobid=$(crun sbatch --parsable -N 2 --ntasks-per-node=2 --train-runtime=policy=n
         "$repo/slurm_examples/train.sbatch" --device cpu --no-such-option 3)
 for _ in $(seq 1 300); do crun squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
 out=$(cat "$work/sbatch-usage.out" 2>/dev/null)
-if grep -q 'the trainer exited 2 (a usage error' <<<"$out" && ! grep -qE 'rerun|leaving out|replacing' <<<"$out" &&
+if grep -q 'the trainer exited 2 (a usage error' <<<"$out" && ! grep -qE 'step failed|leaving out|replacing' <<<"$out" &&
    [[ -e $RUN_DIR/out/srun-1.err && ! -e $RUN_DIR/out/srun-2.err ]]; then
   pass "train.sbatch with a misspelt trainer option: the job ends after one step (exit 2), no rerun, no node left out"
 else fail "train.sbatch usage error (job $jobid)" "$(tail -12 <<<"$out")"; fi
