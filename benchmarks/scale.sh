@@ -36,6 +36,7 @@ plan=default reps=2 out="" torch_max=64 torch_python="" baseline_lib="" baseline
 tree_width=step data_fence=ring
 die() { echo "scale: error: $*" >&2; exit 1; }
 while (($#)); do
+  [[ $1 != --* || $# -ge 2 ]] || die "$1 needs a value (see the header of $0)"
   case $1 in
     --plan) plan=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
@@ -53,8 +54,10 @@ while (($#)); do
     *) die "unknown argument '$1' (see the header of $0)" ;;
   esac
 done
+# Plain whole numbers: bash reads a leading zero as octal (010 is 8, 08 an error).
+whole() { [[ $1 =~ ^(0|[1-9][0-9]{0,8})$ ]]; }
 for v in reps torch_max baseline_max step_timeout budget; do
-  [[ ${!v} =~ ^[0-9]+$ ]] || die "--${v//_/-} '${!v}' is not a whole number"
+  whole "${!v}" || die "--${v//_/-} '${!v}' is not a whole number"
 done
 ((reps >= 1)) || die "--reps must be at least 1"
 [[ $tree_width == step || $tree_width == slurm || ($tree_width =~ ^[0-9]{1,5}$ && $tree_width -ge 2) ]] ||
@@ -89,15 +92,24 @@ case $plan in
     [[ -f $plan ]] || die "--plan '$plan': default, quick, model or a file of 'ranks nodes delay_us [reps]' lines"
     while read -r a b c e; do [[ -z $a || $a == \#* ]] || points+=("$a $b ${c:-0} ${e:-$reps}"); done < "$plan" ;;
 esac
+((${#points[@]})) || die "--plan '$plan' holds no point (lines of 'ranks nodes delay_us [reps]')"
 max_nodes=1
 for p in "${points[@]}"; do
   read -r r n d k <<<"$p"
-  [[ $r =~ ^[0-9]+$ && $n =~ ^[0-9]+$ && $d =~ ^[0-9]+$ && $k =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 64 && r >= n && r % n == 0 && k >= 1 && k <= 100)) ||
-    die "plan point '$p': ranks must be a multiple of nodes (1..64), delay a whole number of us, reps 1..100"
+  for f in "ranks $r" "nodes $n" "delay_us $d" "reps $k"; do
+    whole "${f#* }" || die "plan point '$p': $f is not a whole number (no sign, no leading zero)"
+  done
+  ((n >= 1 && n <= 64)) || die "plan point '$p': nodes $n, not 1..64"
+  ((r >= n && r % n == 0)) || die "plan point '$p': ranks $r is not a multiple of the $n nodes"
+  ((k >= 1 && k <= 100)) || die "plan point '$p': reps $k, not 1..100"
+  ((d <= 999999)) || die "plan point '$p': delay_us $d, at most 999999 (cluster.sh delay)"
   ((r / n <= 512)) || die "plan point '$p': $((r / n)) ranks per node, Slurm allows 512"
   ((n > max_nodes)) && max_nodes=$n
 done
 ((max_nodes >= 2)) || max_nodes=2  # namespaces (and link delays) exist from 2 nodes on
+if printf '%s\n' "${points[@]}" | awk '$3 > 0 {x=1} END {exit !x}' && ! command -v iptables-legacy >/dev/null; then
+  die "link delays need iptables (bash scripts/install-deps.sh installs it)"
+fi
 
 cluster=$repo/slurm_examples/local-cluster/cluster.sh
 export TRAINRT_BUILD_DIR=$build TRAINRT_CLUSTER_DIR=/tmp/trainrt-scale-bench TRAINRT_SLURMCTLD_PORT=8047 \
@@ -106,9 +118,6 @@ export SLURM_CONF=$TRAINRT_CLUSTER_DIR/slurm.conf
 trap 'bash "$cluster" stop >/dev/null 2>&1' EXIT
 bash "$cluster" start --mode live --nodes "$max_nodes" --cpus 512 >/dev/null 2>"$out/cluster.log" ||
   { cat "$out/cluster.log" >&2; die "the cluster did not start"; }
-if printf '%s\n' "${points[@]}" | awk '$3 > 0 {x=1} END {exit !x}' && ! command -v iptables-legacy >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables >/dev/null
-fi
 
 torch_py="" torch_version=none
 if ((torch_max > 0)); then

@@ -105,10 +105,13 @@ def held_out(spec):
     for part in filter(None, (p.strip() for p in spec.split(","))):
         for op in (">=", "<=", "==", ">", "<"):
             if op in part:
-                name, value = part.split(op)
+                name, value = (x.strip() for x in part.split(op, 1))
                 if name not in ("ranks", "nodes", "delay"):
                     raise SystemExit(f"--holdout: '{name}' is not ranks, nodes or delay")
-                conds.append((name, op, float(value)))
+                try:
+                    conds.append((name, op, float(value)))
+                except ValueError:
+                    raise SystemExit(f"--holdout: '{value}' in '{part}' is not a number") from None
                 break
         else:
             raise SystemExit(f"--holdout: '{part}' has no comparison")
@@ -172,26 +175,87 @@ def median_interval(runs, resamples=2000, seed=0):
     return meds[int(0.05 * resamples)], meds[int(0.95 * resamples) - 1]
 
 
+def fit_models(med, rtt_ms, hold, init_model="tail"):
+    """{figure: (terms, coefficients, training points, held-out points)} for every figure with
+    enough points not held out to fit its terms; None for the others."""
+    models = dict(MODELS, init_last=INIT_MODELS[init_model])
+    out = {}
+    for fig, terms in models.items():
+        pts = [(k, m[fig]) for k, m in med.items() if fig in m and k in rtt_ms]
+        train = [(k, y) for k, y in pts if not hold(k)]
+        test = [(k, y) for k, y in pts if hold(k)]
+        if len(train) < len(terms) + 1:
+            out[fig] = (terms, None, train, test)
+            continue
+        rows = [[feature(t, k[0], k[1], rtt_ms[k]) for t in terms] for k, _ in train]
+        out[fig] = (terms, nonneg_lstsq(rows, [y for _, y in train], terms), train, test)
+    return out
+
+
+def rtt_for_delay(rtt, delay_us):
+    """The node-to-node round trip (ms) at a link delay: the median measured at that delay, else
+    interpolated between the measured delays (extended past them along the last two)."""
+    by_delay = {}
+    for k, v in rtt.items():
+        by_delay.setdefault(k[2], []).extend(v)
+    pts = sorted((d, statistics.median(v)) for d, v in by_delay.items() if v)
+    if not pts:
+        raise SystemExit("the data holds no measured round trip: give --rtt-us")
+    for d, r in pts:
+        if d == delay_us:
+            return r / 1e3
+    if len(pts) == 1:
+        raise SystemExit(f"the data measured the round trip at delay {pts[0][0]} us only: give --rtt-us for {delay_us} us")
+    lo = max([p for p in pts if p[0] < delay_us], default=pts[0], key=lambda p: p[0])
+    hi = min([p for p in pts if p[0] > delay_us], default=pts[-1], key=lambda p: p[0])
+    if lo == hi:  # beyond the data: the last two measured delays' slope
+        lo, hi = (pts[0], pts[1]) if delay_us < pts[0][0] else (pts[-2], pts[-1])
+    r = lo[1] + (hi[1] - lo[1]) * (delay_us - lo[0]) / (hi[0] - lo[0])
+    return max(r, 0.0) / 1e3
+
+
+def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout="", init_model="tail", cores_here=2):
+    """Each figure at one configuration of this kind of machine (a local cluster of `nodes`
+    namespace nodes on its cores), from the fit on the recorded points not held out."""
+    if ranks < 1 or nodes < 1 or ranks % nodes:
+        raise SystemExit(f"--ranks {ranks} must be a positive multiple of --nodes {nodes}")
+    rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+    at = rtt_us / 1e3 if rtt_us is not None else rtt_for_delay(rtt, delay_us or 0)
+    fitted = fit_models(med, rtt_ms, held_out(holdout), init_model)
+    print(f"predicted for {ranks} ranks on {nodes} nodes, round trip {at * 1e3:.0f} us"
+          f"{'' if rtt_us is not None else f' (link delay {delay_us or 0} us, from the data)'}; "
+          f"init_last: the '{init_model}' design; fitted on every point{' not held out (' + holdout + ')' if holdout else ''}")
+    print(f"{'figure':>14} {'model ms':>10}  fit: points, median error, terms")
+    for fig, (terms, coef, train, _) in fitted.items():
+        if coef is None:
+            print(f"{fig:>14} {'-':>10}  {len(train)} points for {len(terms)} terms: not fitted")
+            continue
+        errs = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k]) - y) / y for k, y in train]
+        print(f"{fig:>14} {predict(coef, terms, ranks, nodes, at):10.1f}  {len(train)} points, "
+              f"{statistics.median(errs):.0%}, " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)))
+    return 0
+
+
 def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
     models = dict(MODELS, init_last=INIT_MODELS[init_model])
     hold = held_out(holdout)
     status = 0
     rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+    held = [k for k in med if k in rtt_ms and hold(k)]
+    if not held:
+        raise SystemExit(f"--holdout '{holdout}' holds out none of the {len(med)} points: no error to state")
+    if len(held) == len([k for k in med if k in rtt_ms]):
+        raise SystemExit(f"--holdout '{holdout}' holds out every point: nothing to fit on")
     print(f"model: least squares (relative, non-negative) per figure; held out: {holdout}")
     print(f"terms: const, ranks N, nodes n, tree_rtt = levels(n) x rtt (TreeWidth {TREE_WIDTH}), "
           "ring_rtt = n x rtt, ranks2 = N^2, per_node = N / n, rtt = a round trip (0 on one node); "
           f"init_last: the '{init_model}' design")
     errors_all = []
     fitted = {}
-    for fig, terms in models.items():
-        pts = [(k, m[fig]) for k, m in med.items() if fig in m and k in rtt_ms]
-        train = [(k, y) for k, y in pts if not hold(k)]
-        test = [(k, y) for k, y in pts if hold(k)]
-        if len(train) < len(terms) + 1:
+    for fig, (terms, coef, train, test) in fit_models(med, rtt_ms, hold, init_model).items():
+        if coef is None:
             print(f"\n{fig}: {len(train)} points to fit {len(terms)} terms: not fitted")
             continue
-        rows = [[feature(t, k[0], k[1], rtt_ms[k]) for t in terms] for k, _ in train]
-        coef = nonneg_lstsq(rows, [y for _, y in train], terms)
         fitted[fig] = coef
         fit_err = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k]) - y) / y for k, y in train]
         print(f"\n{fig} = " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)) + "  (ms; rtt in ms)")

@@ -5,6 +5,9 @@
   scale_model.py fit RAW.tsv... [--holdout SPEC] [--init-model tail|grow]
                                         fits the model on the points not held out, states its error
                                         on the held-out ones, projects to 1k/10k/100k ranks
+  scale_model.py predict RAW.tsv... --ranks N --nodes n [--delay-us D | --rtt-us R] [--holdout SPEC]
+                                        every figure at a configuration (measured or not) of this kind
+                                        of machine, from the fit on the recorded points not held out
 
 Standard library only, so it runs from a fresh clone wherever python3 is.
 """
@@ -13,32 +16,45 @@ import collections
 import statistics
 import sys
 
-from scale_fit import fit_command
+from scale_fit import fit_command, predict_command
 
 
 def read_raw(paths):
     """{(ranks, nodes, delay): {figure: [ms, ...]}} plus the rtt and load seen at each point."""
     figures = collections.defaultdict(lambda: collections.defaultdict(list))
     rtt, load = collections.defaultdict(list), collections.defaultdict(list)
+    need = ("ranks", "nodes", "delay_us", "figure", "ms", "rtt_us", "load_before", "mode")
     for path in paths:
-        with open(path) as f:
+        try:
+            f = open(path)
+        except OSError as e:
+            raise SystemExit(f"{path}: {e.strerror}") from None
+        with f:
             header = None
-            for line in f:
+            for n, line in enumerate(f, 1):
                 if line.startswith("#"):
                     continue
                 cols = line.rstrip("\n").split("\t")
                 if header is None:
                     header = cols
+                    missing = [c for c in need if c not in header]
+                    if missing:
+                        raise SystemExit(f"{path}: not a scale.sh raw.tsv (no column {', '.join(missing)})")
                     continue
                 row = dict(zip(header, cols))
-                key = (int(row["ranks"]), int(row["nodes"]), int(row["delay_us"]))
-                if row["figure"] == "failed":
-                    figures[key][f"{row['mode']}_failed"].append(1.0)
-                    continue
-                figures[key][row["figure"]].append(float(row["ms"]))
-                if row["rtt_us"] not in ("NA", ""):
-                    rtt[key].append(float(row["rtt_us"]))
-                load[key].append(float(row["load_before"]))
+                try:
+                    key = (int(row["ranks"]), int(row["nodes"]), int(row["delay_us"]))
+                    if row["figure"] == "failed":
+                        figures[key][f"{row['mode']}_failed"].append(1.0)
+                        continue
+                    figures[key][row["figure"]].append(float(row["ms"]))
+                    if row["rtt_us"] not in ("NA", ""):
+                        rtt[key].append(float(row["rtt_us"]))
+                    load[key].append(float(row["load_before"]))
+                except (KeyError, ValueError) as e:
+                    raise SystemExit(f"{path}:{n}: a malformed line ({e})") from None
+    if not figures:
+        raise SystemExit(f"no figures in {', '.join(paths)}")
     return figures, rtt, load
 
 
@@ -105,9 +121,24 @@ def main():
                    help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
                         "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
                         "default %(default)s")
+    p = sub.add_parser("predict")
+    p.add_argument("raw", nargs="+")
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("--nodes", type=int, required=True)
+    at = p.add_mutually_exclusive_group()
+    at.add_argument("--delay-us", type=int, default=None,
+                    help="the link delay scale.sh's cluster.sh sets (default 0); the round trip is the data's at "
+                         "that delay, interpolated between measured delays")
+    at.add_argument("--rtt-us", type=float, default=None, help="the node-to-node round trip, as scale.sh records it")
+    p.add_argument("--holdout", default="", help="points left out of the fit (as for fit); default none")
+    p.add_argument("--init-model", choices=("tail", "grow"), default="tail")
     args = ap.parse_args()
     if args.cmd == "summary":
         summary(args.raw)
+    elif args.cmd == "predict":
+        figures, rtt, _ = read_raw(args.raw)
+        sys.exit(predict_command(medians(figures), rtt, args.ranks, args.nodes, delay_us=args.delay_us,
+                                 rtt_us=args.rtt_us, holdout=args.holdout, init_model=args.init_model))
     else:
         figures, rtt, load = read_raw(args.raw)
         sys.exit(fit_command(medians(figures), rtt, args.holdout, init_model=args.init_model, runs=figures))

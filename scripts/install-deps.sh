@@ -27,6 +27,8 @@ packages=(
   ninja-build dpkg-dev file
   # the aarch64 compile check of the portable sources (Grace Hopper nodes)
   g++-aarch64-linux-gnu
+  # benchmarks/scale.sh: its arithmetic (bc) and the local cluster's link delays (iptables)
+  bc iptables
 )
 if [[ ${1:-} == --list ]]; then
   printf '%s\n' "${packages[@]}"

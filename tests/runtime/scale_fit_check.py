@@ -74,5 +74,31 @@ with contextlib.redirect_stdout(out):
 if "the median's 90% interval" not in out.getvalue() or "inside that interval at" not in out.getvalue():
     failed.append("fit_command with runs names no interval")
 
+# predict_command: a configuration not among the points (768 ranks on 24 nodes, a link delay of
+# 50 us between the measured 20 and 100) gets the true value of the design's terms, the round trip
+# interpolated from the data's delays.
+tail = scale_fit.INIT_MODELS["tail"]
+med = {k: {"init_last": sum(truth[t] * independent_feature(t, k[0], k[1], rtt[k][0] / 1e3) for t in tail)} for k in points}
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    scale_fit.predict_command(med, rtt, 768, 24, delay_us=50)
+want = sum(truth[t] * independent_feature(t, 768, 24, (30.0 + 2 * 50) / 1e3) for t in tail)
+line = next((l for l in out.getvalue().splitlines() if l.strip().startswith("init_last")), "")
+if f"{want:10.1f}" not in line or "round trip 130 us" not in out.getvalue():
+    failed.append(f"predict 768/24/50 us: want {want:.1f} ms at 130 us, got '{line}' in {out.getvalue()[:200]}")
+# Bad input is named: a hold-out that leaves nothing out (or nothing in), a non-number, ranks that
+# do not divide.
+for call, text in ((lambda: scale_fit.fit_command(med, rtt, "ranks>=99999"), "holds out none"),
+                   (lambda: scale_fit.fit_command(med, rtt, "ranks>=1"), "holds out every point"),
+                   (lambda: scale_fit.held_out("ranks>=abc"), "'abc' in 'ranks>=abc' is not a number"),
+                   (lambda: scale_fit.predict_command(med, rtt, 100, 8, delay_us=0), "multiple of --nodes")):
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            call()
+        failed.append(f"no error for the case '{text}'")
+    except SystemExit as e:
+        if text not in str(e):
+            failed.append(f"error '{e}' does not say '{text}'")
+
 print("\n".join(failed) if failed else "scale_fit: every design's coefficients recovered; intervals as expected")
 sys.exit(1 if failed else 0)
