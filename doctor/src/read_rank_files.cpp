@@ -17,8 +17,8 @@ namespace {
 // Strings kept from a file: a reason is one error message, a node a host name.
 constexpr std::size_t kMaxString = 1024;
 
-enum MetricKey : std::size_t { kEvent, kWorld, kWall, kNode, kLocalRank, kRank, kStep, kStepS, kAllreduceS };
-enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode, kFailure, kWaitedS, kUnnumbered };
+enum MetricKey : std::size_t { kEvent, kWorld, kWall, kNode, kLocalRank, kRank, kStep, kStepS, kAllreduceS, kPid };
+enum FlightKey : std::size_t { kFRank, kReason, kLastCompleted, kInFlight, kFNode, kFailure, kWaitedS, kUnnumbered, kFPid };
 enum OpKey : std::size_t { kSeq, kOp, kBytes, kStartS, kEndS };
 
 std::string cut(std::optional<std::string> s, std::size_t max) {
@@ -41,7 +41,7 @@ struct MetricsState {
   RankData& rd;
   Reading& r;
   const std::string& name;
-  FieldReader f{{"event", "world", "wall", "node", "local_rank", "rank", "step", "step_s", "allreduce_s"}, "", {},
+  FieldReader f{{"event", "world", "wall", "node", "local_rank", "rank", "step", "step_s", "allreduce_s", "pid"}, "", {},
                 r.lim.max_depth, kMaxString};
   std::deque<double> compute;
   std::size_t line_no = 0, bad = 0;
@@ -67,6 +67,7 @@ struct MetricsState {
       ++rd.attempts;
       rd.world = j.u64(kWorld);
       rd.start_wall = j.f64(kWall);
+      rd.start_pid = j.u64(kPid);
       rd.last_step.reset();
       rd.last_wall.reset();
       rd.ended = false;
@@ -198,7 +199,7 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   }
   // One byte more than the cap: a file that grew past it while being read is caught, not cut.
   ByteSource src(f.fd.get(), 0, r.lim.max_flight_bytes + 1);
-  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node", "failure", "waited_s", "unnumbered"}, "ops",
+  FieldReader j({"rank", "reason", "last_completed", "in_flight", "node", "failure", "waited_s", "unnumbered", "pid"}, "ops",
                 {"seq", "op", "bytes", "start_s", "end_s"}, r.lim.max_depth, kMaxString);
   j.numbers_key = "failure_ranks";
   std::deque<std::optional<OpRecord>> ops;  // the newest ops_cap elements; nullopt: not a valid op
@@ -238,6 +239,7 @@ void read_flight(const RunDir& dir, const std::string& name, bool fits, RankData
   rd.in_flight = j.top.u64(kInFlight);
   if (auto u = j.top.str(kUnnumbered); u && !u->empty()) rd.unnumbered = cut(std::move(u), 256);
   if (auto n = j.top.str(kFNode)) rd.node = cut(std::move(n), 256);
+  rd.flight_pid = j.top.u64(kFPid);
   read_failure(j, name, rd, r);
   rd.flight_mtime = static_cast<double>(f.st.st_mtim.tv_sec) + static_cast<double>(f.st.st_mtim.tv_nsec) * 1e-9;
   std::size_t bad = 0;

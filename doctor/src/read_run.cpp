@@ -104,24 +104,36 @@ RunData read_run(const fs::path& out_dir, const Limits& lim) {
     auto& rd = ranks[p.rank];
     rd.rank = p.rank;
     read_flight(dir, p.name, p.allowance > 0, rd, reading);
-    // A flight file older than this rank's last start is left from an earlier attempt.
-    if (rd.have_flight && rd.flight_mtime && rd.start_wall && *rd.flight_mtime + 1 < *rd.start_wall) {
+    // A flight file from another process than this rank's last start is left from an earlier
+    // attempt; where either does not say, one older than that start (the file's clock against the
+    // node's: a shared filesystem's server may be behind, so the process is asked first).
+    const bool other_process = rd.start_pid && rd.flight_pid && *rd.start_pid != *rd.flight_pid;
+    const bool older = !(rd.start_pid && rd.flight_pid) && rd.flight_mtime && rd.start_wall && *rd.flight_mtime + 1 < *rd.start_wall;
+    if (rd.have_flight && (other_process || older)) {
       rd.flight_stale = true;
       reading.info(fmt::format("{}: written before the rank's last start (an earlier attempt): not used", p.name));
     }
   }
-  // A rerun on fewer nodes leaves the dropped ranks' files behind: a rank whose last start is
-  // older than the newest start and names another world belongs to an earlier attempt.
+  // A rerun on fewer nodes leaves the dropped ranks' files behind: a rank whose last start names
+  // another world than the last attempt's belongs to an earlier attempt. Rank 0 is in every
+  // attempt, so its last start names the last attempt's world, and a rank beyond that world is a
+  // leftover whatever its node's clock says (one running ahead made its old start look newest);
+  // without rank 0's start, the newest start names it.
   const RankData* newest = nullptr;
-  for (const auto& [r, rd] : ranks)
-    if (rd.start_wall && rd.world && (!newest || *rd.start_wall > *newest->start_wall)) newest = &rd;
+  if (auto zero = ranks.find(0); zero != ranks.end() && zero->second.start_wall && zero->second.world) newest = &zero->second;
+  if (!newest)
+    for (const auto& [r, rd] : ranks)
+      if (rd.start_wall && rd.world && (!newest || *rd.start_wall > *newest->start_wall)) newest = &rd;
   if (newest) {
+    const bool by_rank0 = newest->rank == 0;
     const double newest_start = *newest->start_wall;
     const std::uint64_t newest_world = *newest->world;
     std::size_t dropped = 0;
     for (auto it = ranks.begin(); it != ranks.end();) {
       const RankData& rd = it->second;
-      if (rd.start_wall && rd.world && *rd.world != newest_world && *rd.start_wall < newest_start) {
+      // Beyond rank 0's world: a leftover whatever its node's clock says; inside it, an older start.
+      const bool beyond = by_rank0 && rd.rank >= newest_world;
+      if (rd.start_wall && rd.world && *rd.world != newest_world && (beyond || *rd.start_wall < newest_start)) {
         if (++dropped <= 16)
           reading.info(fmt::format("rank {}: files from an earlier attempt (world {}, the last attempt's is {}): not used",
                                 rd.rank, *rd.world, newest_world));

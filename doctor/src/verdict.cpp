@@ -125,6 +125,16 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       seq = std::max(seq, rd.last_completed + 1);
     }
   }
+  // Ranks that completed the collective others are still inside went on to the next: those others
+  // handed in their part and stalled there (a node-local phase lets the rest finish without them).
+  // The ranks diverged at the next collective, which the ones behind never reached.
+  if (any_in_flight && std::any_of(run.ranks.begin(), run.ranks.end(), [&](const RankData& rd) {
+        return usable_flight(rd) && !rd.in_flight && rd.last_completed >= seq;
+      })) {
+    ++seq;
+    any_in_flight = std::any_of(run.ranks.begin(), run.ranks.end(),
+                                [&](const RankData& rd) { return usable_flight(rd) && rd.in_flight && *rd.in_flight == seq; });
+  }
   // A rank whose dump says it was inside a collective the recorder does not number (a trainer's
   // stop agreement between two gradient allreduces), right after the last one it completed, was
   // waiting for a peer there: it arrived, whatever its failure says (a watchdog's timeout names
@@ -210,9 +220,14 @@ void find_hang(const RunData& run, const Options& opt, Verdict& v) {
       return it != by_rank.end() && it->second->ended;
     };
     std::vector<unsigned> left;  // ended while the others waited: worth saying, not presuming
+    // A rank with a flight recorder of its own is judged by it above, never presumed.
+    const auto has_flight = [&](unsigned r) {
+      auto it = by_rank.find(r);
+      return it != by_rank.end() && usable_flight(*it->second);
+    };
     for (std::uint64_t r = 0; r < std::min<std::uint64_t>(world, opt.limits.max_rank); ++r) {
       const auto rank = static_cast<unsigned>(r);
-      if (waiting.count(rank)) continue;
+      if (waiting.count(rank) || has_flight(rank)) continue;
       if (ended(rank)) {
         if (left.size() < 16) left.push_back(rank);
       } else if (v.never_arrived.size() < 4096) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainrt/error.hpp"
+#include "trainrt/runtime/stragglers.hpp"
 
 namespace trainrt {
 
@@ -76,7 +77,9 @@ void FlightRecorder::dump(const std::string& path, unsigned rank, const std::str
   // the rank ran (the doctor otherwise learns the host only from the metrics).
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  nlohmann::json doc = {{"rank", rank}, {"host", std::string(host)}, {"pid", static_cast<long>(::getpid())},
+  // "node": the name Slurm knows (SLURMD_NODENAME), which the doctor names culprits by and the job
+  // script excludes: the node even when every metrics line is past the doctor's read budget.
+  nlohmann::json doc = {{"rank", rank}, {"host", std::string(host)}, {"node", local_node_name()}, {"pid", static_cast<long>(::getpid())},
                         {"reason", reason}, {"failure", nullptr}, {"failure_ranks", nlohmann::json::array()},
                         {"waited_s", nullptr}, {"last_completed", last_completed_.load()},
                         {"in_flight", flight}, {"unnumbered", unnumbered},

@@ -17,6 +17,7 @@
 
 namespace trainrt {
 struct Runtime;
+struct InitOptions;
 namespace checkpoint {
 class Manager;
 }
@@ -94,6 +95,13 @@ std::unique_ptr<Engine> make_sharded_cpu_engine(trainrt::Runtime& rt, const Shap
 std::unique_ptr<Engine> make_cuda_engine(trainrt::Runtime& rt, const Shapes& shapes, std::uint64_t seed);
 // True when this build has the cuda engine.
 bool cuda_engine_built();
+
+struct Options;
+// engine_choice.cpp: the runtime's options for --device (NCCL off, required or automatic; the
+// collective timeout from --watchdog), the engine for it, and --check-device (77: no GPU path).
+trainrt::InitOptions init_options(const Options& o);
+std::unique_ptr<Engine> make_engine(trainrt::Runtime& rt, const Options& o, const Shapes& shapes);
+int check_device();
 
 // The digest printed on the FINAL line: one 64-bit number over every parameter's bytes.
 std::uint64_t params_digest(HostParams& params);

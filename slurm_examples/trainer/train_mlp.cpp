@@ -12,6 +12,7 @@
 // checkpoint, metrics), then the final checkpoint and the summary.
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -49,40 +50,6 @@ namespace {
 
 double epoch_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// --device: cpu never opens NCCL; cuda requires it (every rank a GPU of its own); auto lets init
-// decide the same way on every rank (it allgathers each rank's GPU) and falls back to the host.
-InitOptions init_options(const Options& o) {
-  InitOptions io;
-  if (o.device == "cpu" || (o.device == "auto" && !cuda_engine_built()))
-    io.nccl = DeviceComm::Off;
-  else
-    io.nccl = o.device == "cuda" ? DeviceComm::Required : DeviceComm::Auto;
-  io.comm.timeout = std::chrono::milliseconds(static_cast<long>(o.watchdog_s * 1000));
-  return io;
-}
-
-std::unique_ptr<Engine> make_engine(Runtime& rt, const Options& o, const Shapes& shapes) {
-  const bool cuda = o.device == "cuda" || (o.device == "auto" && rt.device && cuda_engine_built());
-  if (o.shard_optimizer && cuda) throw Error("the sharded optimizer runs on the cpu engine: add --device cpu", "--shard-optimizer");
-  if (o.shard_optimizer) return make_sharded_cpu_engine(rt, shapes, o.seed);
-  return cuda ? make_cuda_engine(rt, shapes, o.seed) : make_cpu_engine(rt, shapes, o.seed);
-}
-
-// --check-device: the kernels' own test of a usable GPU (no device or no driver: 77; anything else
-// that fails, a driver older than the runtime say, is an error).
-int check_device() {
-  if (!cuda_engine_built()) {
-    fmt::print("train-mlp: built without the cuda engine: no GPU path\n");
-    return 77;
-  }
-  if (!kernels::cuda::device_available()) {
-    fmt::print("train-mlp: no CUDA device\n");
-    return 77;
-  }
-  fmt::print("train-mlp: a CUDA device is usable\n");
-  return 0;
 }
 
 // State registration: the engine's tensors plus the step counter, then the newest checkpoint every
@@ -461,10 +428,11 @@ int train(const Options& o) {
   // rank, local_rank and node: trainrt-doctor names culprits by node and maps the shared-memory
   // backend's node-local rank numbers to global ones (docs/doctor.md).
   rep.metrics.write(fmt::format(
-      R"({{"event":"start","wall":{:.6f},"init_wall":{:.6f},"restore_wall":{:.6f},"restore_source":"{}","restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{}}})",
+      R"({{"event":"start","wall":{:.6f},"init_wall":{:.6f},"restore_wall":{:.6f},"restore_source":"{}","restored_step":{},"world":{},"restart_count":{},"device":"{}","rank":{},"local_rank":{},"node":{},"pid":{}}})",
       run_start, times.init_done, times.restore_done, times.source, trainer.done, rt->size, rt->restart_count,
       engine->describe().substr(0, engine->describe().find(' ')),  // cpu | cuda
-      rank, rt->local_rank, nlohmann::json(monitor.node()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+      rank, rt->local_rank, nlohmann::json(monitor.node()).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      static_cast<long>(::getpid())));
   if (rank == 0)
     fmt::print("train-mlp: {} ranks, {} rows per rank, device {}, starting after step {} (restart {}{})\n", rt->size,
                shapes.rows, engine->describe(), trainer.done, rt->restart_count,

@@ -231,6 +231,30 @@ TEST_CASE("a rank stalled between collectives: the others' watchdog dumps inside
   CHECK(!v.collective);
 }
 
+// Rank 3 handed in its part of #43 and stalled inside it (SIGSTOP); the node-local phase let the
+// others complete #43 and go on to step 44's stop agreement, where their watchdogs fired. Rank 3's
+// own dump (written when it resumed) has it in #43: it is behind, not the others.
+TEST_CASE("a rank stalled inside a collective the others completed: it is the one named") {
+  RunDir d;
+  two_nodes_of_two(d, "trt-n1", "trt-n2", 43);
+  for (unsigned r : {0u, 1u, 2u})
+    d.write(fmt::format("flight_rank{}.json", r),
+            with_failure(flight(r, 43, std::nullopt, "watchdog: no step progress for 5.1 s (timeout 5000 ms)"), "timeout", "",
+                         R"x("unnumbered":"allreduce(stop agreement)",)x"));
+  SECTION("its watchdog dumped inside #43") {
+    d.write("flight_rank3.json", with_failure(flight(3, 42, 43, "watchdog: no step progress for 9.0 s (timeout 5000 ms)"),
+                                              "timeout", ""));
+  }
+  SECTION("it left no dump") {}
+  const Verdict v = diagnose(d.path);
+  INFO(format_text(v));
+  REQUIRE(v.kind == Kind::Hang);
+  REQUIRE(v.never_arrived.size() == 1);
+  CHECK(v.never_arrived[0].rank == 3);
+  CHECK(v.waited.size() == 3);
+  CHECK(v.culprit_nodes == std::vector<std::string>{"trt-n2"});
+}
+
 // A node cut off: every rank, on both sides, waits in the stop agreement. Nobody lagged by its own
 // recorder, so nobody is named from it (naming every node would exclude them all).
 TEST_CASE("every rank inside the stop agreement: nobody named from the recorders") {
@@ -353,22 +377,6 @@ TEST_CASE("files naming different world sizes or ranks are reported, the majorit
   CHECK(has_note(v, "different world sizes: 3 (2 ranks), 8 (1 ranks)"));
   CHECK(has_note(v, "flight_rank1.json: names rank 0, the file name rank 1"));
   CHECK(exit_code(v) == 2);
-}
-
-TEST_CASE("a rerun appends: only the last attempt counts, and an older flight file is stale") {
-  RunDir d;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  for (unsigned r = 0; r < 2; ++r) {
-    d.write(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 2, 5, 0.01, 0.002, false, 1000));
-    // The rerun started after the flight files below were written, and ended cleanly.
-    d.append(fmt::format("metrics_rank{}.jsonl", r), metrics(r, "n", 2, 5, 0.01, 0.002, true, now + 3600, 6));
-  }
-  d.write("flight_rank0.json", flight(0, 4, 5, timeout_reason(0, 5, "1")));
-  const Verdict v = diagnose(d.path);
-  INFO(format_text(v));
-  CHECK(has_note(v, "flight_rank0.json: written before the rank's last start"));
-  CHECK(v.never_arrived.empty());
-  CHECK(v.kind == Kind::Healthy);  // an earlier attempt's file set aside is no input problem
 }
 
 TEST_CASE("huge and garbage numbers are bounded, never allocated for") {

@@ -63,6 +63,7 @@ struct RankData {
   bool have_metrics = false;
   std::optional<std::uint64_t> world;  // the world size this rank's last start event names
   std::optional<double> start_wall;
+  std::optional<std::uint64_t> start_pid;  // the process that wrote the last start event, where it says
   std::uint64_t attempts = 0;          // start events seen
   std::optional<std::uint64_t> last_step;
   std::optional<double> last_wall;     // wall clock of the last step line
@@ -71,6 +72,7 @@ struct RankData {
   // flight recorder
   bool have_flight = false;
   bool flight_stale = false;  // older than this rank's last start: from an earlier attempt
+  std::optional<std::uint64_t> flight_pid;  // the process that dumped it, where it says
   std::string reason;  // for people: shown, never parsed (but in dumps without `failure`)
   // What ended its collective (the dump's "failure", "failure_ranks", "waited_s"; ranks are global
   // ranks below max_rank). Empty when the dump names none. A dump written before these fields
