@@ -23,7 +23,7 @@
 # --tree-width: Slurm's TreeWidth for each step. step (default): min(16, the step's nodes), so a
 #   fence without data crosses every node as a 16-wide tree would; slurm: the cluster's default
 #   (50 in Slurm 22.05), under which a step of fewer nodes gets a tree of each node alone and its
-#   fence without data synchronises nothing across nodes (docs/scale.md "Slurm's tree"); W: fixed.
+#   fence without data synchronises nothing across nodes (docs/scale-measured.md "Slurm's tree"); W: fixed.
 # --data-fence tree: fences with data take Slurm's tree too (SLURM_PMIX_FENCE=tree in the steps'
 #   environment), not its ring (the default); needs a TreeWidth no larger than the step's nodes.
 # A plan FILE holds "ranks nodes delay_us [reps]" lines (reps: default --reps). The default plan is

@@ -8,7 +8,7 @@ Every figure is a sum of terms whose cause is known (docs/scale.md "The model"):
   nodes       n: one slurmstepd + PMIx server per node, here again sharing the same cores
   tree_rtt    levels(n) x round trip: a data-free fence climbs Slurm's tree (TreeWidth 16; data
               measured before 2026-11-26 15:00 had TreeWidth 50, a tree of each node alone: its
-              data-free fences crossed no node, docs/scale.md "Slurm's tree")
+              data-free fences crossed no node, docs/scale-measured.md "Slurm's tree")
   ring_rtt    n x round trip: a fence with data goes around a ring of nodes, one hop per node
   per_node    N / n: ranks per node, the node that starts last waking its ranks
   rtt         round trips of a fixed count (0 on one node): the last leaders' one connection round

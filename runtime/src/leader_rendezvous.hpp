@@ -1,5 +1,5 @@
 #pragma once
-// The node leaders' Gloo addresses without a PMIx fence (docs/scale.md "The leaders' rendezvous"):
+// The node leaders' Gloo addresses without a PMIx fence (docs/scale-measured.md "The leaders' rendezvous"):
 // each leader serves its own address blob on a TCP port that every node derives from the job's
 // key, and fetches each peer's blob from that peer's node. A PMIx fence with data is a ring
 // through every node in Slurm's plugin (O(nodes) hops); this costs a leader one connection per

@@ -135,7 +135,7 @@ cmd_delay() {  # cmd_delay US
 
 # Slurm's PMIx plugin carries a fence without data on its tree of TreeWidth, and since Slurm 20.11
 # that tree is each node alone when a step has fewer nodes than TreeWidth (reverse_tree_info's
-# shortcut): such a fence synchronises nothing across nodes (docs/scale.md "Slurm's tree").
+# shortcut): such a fence synchronises nothing across nodes (docs/scale-measured.md "Slurm's tree").
 # benchmarks/scale.sh sets min(16, the step's nodes) before each step, so its bare fence crosses
 # every node the way a 16-wide tree would.
 cmd_tree_width() {  # cmd_tree_width N
