@@ -17,6 +17,10 @@
   step, a final checkpoint is committed and the ranks exit 75, which train.sbatch requeues on.
 - --kill-at STEP: fault injection, rank --kill-rank (default the last) SIGKILLs itself after that
   step's update, before its checkpoint.
+- Under slurm_examples/train.sbatch: TRAINER=slurm_examples/train_torch.py (its interpreter must
+  import torch and trainrt, PYTHONPATH exported) takes the --ckpt-dir and --out the script passes;
+  a usage error exits 2 (no rerun), a checkpoint only another world size can restore exits 76
+  (a requeue).
 """
 import argparse
 import hashlib
@@ -46,9 +50,11 @@ def parse_args(argv):
     p.add_argument("--kill-at", type=int, default=0, metavar="STEP", help="SIGKILL a rank after this step")
     p.add_argument("--kill-rank", type=int, default=-1, help="the rank --kill-at kills (default: the last)")
     p.add_argument("--dump-params", metavar="FILE", help="rank 0 writes the final weights' raw bytes here")
+    p.add_argument("--out", metavar="DIR", help="the run's output folder, which train.sbatch passes every "
+                   "trainer; this script writes nothing there")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.save_every < 0 or a.hidden < 1 or a.batch < 1:
-        p.error("--steps, --hidden and --batch must be positive, --save-every not negative")
+    if a.steps < 1 or a.save_every < 0 or a.hidden < 1 or a.batch < 1 or a.keep_last < 1:
+        p.error("--steps, --hidden, --batch and --keep-last must be positive, --save-every not negative")
     return a
 
 
@@ -88,6 +94,9 @@ def main(argv):
     rank, size = world.rank, world.world_size
     device = trainrt.torch.device()
     kill_rank = a.kill_rank if a.kill_rank >= 0 else size - 1
+    if a.kill_at and kill_rank >= size:
+        print(f"train_torch: error: --kill-rank {kill_rank}: the world has {size} ranks", file=sys.stderr, flush=True)
+        sys.exit(2)
     say = (lambda *m: print("train_torch:", *m, flush=True)) if rank == 0 else (lambda *m: None)
 
     torch.manual_seed(a.seed)

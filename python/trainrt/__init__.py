@@ -108,11 +108,13 @@ class World:
 
     def broadcast_bytes(self, data: Optional[bytes], root: int = 0) -> bytes:
         """Root's `data` on every rank (others may pass None). Over the bootstrap session (PMIx):
-        meant for small control data (addresses, configs), not tensors."""
+        meant for small control data (addresses, configs), not tensors. Not while a checkpoint
+        save is in flight: its commit uses the same session (wait() first; docs/python.md)."""
         return self._w.broadcast_bytes(None if data is None else bytes(data), root)
 
     def allgather_bytes(self, data: bytes) -> List[bytes]:
-        """Every rank's `data` (sizes may differ), indexed by rank."""
+        """Every rank's `data` (sizes may differ), indexed by rank. Over the bootstrap session:
+        not while a checkpoint save is in flight (wait() first; docs/python.md)."""
         return self._w.allgather_bytes(bytes(data))
 
     def publish_bytes(self, key: str, data: bytes) -> None:

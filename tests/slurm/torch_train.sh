@@ -71,5 +71,19 @@ if [[ $rc -eq 75 && -n $stopped ]] && grep -q "restored step $stopped " <<<"$aga
   pass "SIGUSR1: final checkpoint at step $stopped, exit 75, the next run resumed from it"
 else fail "SIGUSR1 (rc=$rc, stopped at '$stopped')" "$(tail -4 "$work/usr1.log")" "$(grep -E 'restored|FINAL|rror' <<<"$again" | head -4)"; fi
 
+# Through slurm_examples/train.sbatch, as a researcher submits it: TRAINER is the script (an
+# executable, given the interpreter that imports torch and trainrt), which takes the --ckpt-dir and
+# --out the template passes every trainer.
+printf '#!/bin/sh\nexec %s %s "$@"\n' "$py" "$script" >"$work/train_torch"
+chmod +x "$work/train_torch"
+jobid=$(TRAINER=$work/train_torch RUN_DIR=$work/sbatch timeout 60 bash "$cluster" run sbatch --parsable -N 2 \
+        --ntasks-per-node=2 --train-runtime=policy=numa,bind=off -o "$work/sbatch.out" "$repo/slurm_examples/train.sbatch" \
+        --steps 30 --save-every 10)
+for _ in $(seq 1 1500); do bash "$cluster" run squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+out=$(cat "$work/sbatch.out" 2>/dev/null)
+if grep -q 'FINAL step 30 ' <<<"$out" && grep -q '^training finished' <<<"$out" && [[ -d $work/sbatch/ckpt ]]; then
+  pass "train.sbatch with TRAINER=train_torch.py: 4 ranks on 2 nodes trained to step 30 and finished"
+else fail "train.sbatch with train_torch.py (job $jobid)" "$(tail -8 <<<"$out")"; fi
+
 echo "torch train: $passed passed, $failed failed"
 exit $((failed > 0))
