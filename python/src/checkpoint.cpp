@@ -48,7 +48,7 @@ nb::dict save_result(const ckpt::SaveResult& r) {
   return d;
 }
 
-class PyManager {
+class PyManager final : public World::SessionUser {
  public:
   PyManager(World& world, const std::string& directory, unsigned keep_last, bool verify_before_load, bool verbose)
       : world_(world) {
@@ -67,9 +67,25 @@ class PyManager {
       manager_ = std::make_unique<ckpt::Manager>(world.session(), std::move(o));
     }
     install_stop_signals();
+    world_.add_session_user(this);
+  }
+
+  // The world's session exchanges wait here: for the save in flight (its commit uses the session)
+  // and rank 0's removal of old steps after it. A save that waits for a dead rank never ends: the
+  // exchange refuses instead of waiting with it.
+  void wait_session_idle() override {
+    if (::getpid() != owner_pid_) return;
+    std::lock_guard lock(mutex_);
+    adopt_world_failure();
+    if (peers_failed_)
+      throw Error("a save of a Manager of this world waits for a rank that failed, inside the session: no session "
+                  "exchange can complete; end the process",
+                  "session");
+    manager_->wait_idle();
   }
 
   ~PyManager() {
+    world_.remove_session_user(this);
     if (::getpid() == owner_pid_) adopt_world_failure();  // no other thread holds it now
     if (::getpid() != owner_pid_ || peers_failed_) {
       // A forked child: the writer thread and staging are the parent's. A peer lost during

@@ -111,6 +111,21 @@ World::World(double timeout_seconds, bool quiet, const std::string& nccl) : owne
   rt_ = init(o);
 }
 
+void World::add_session_user(SessionUser* u) {
+  std::lock_guard lock(users_mutex_);
+  users_.push_back(u);
+}
+
+void World::remove_session_user(SessionUser* u) {
+  std::lock_guard lock(users_mutex_);
+  std::erase(users_, u);
+}
+
+void World::wait_session_users_idle() {
+  std::lock_guard lock(users_mutex_);
+  for (SessionUser* u : users_) u->wait_session_idle();
+}
+
 World::~World() {
   if (::getpid() != owner_pid_ || leave_at_exit_) {
     // A forked child: the shared memory, PMIx connection and threads are the parent's. Leave them.
@@ -182,6 +197,7 @@ void bind_world(nb::module_& m) {
             bootstrap::Blob out;
             {
               nb::gil_scoped_release release;
+              w.wait_session_users_idle();  // before the mutex: a Manager's wait takes them in the other order
               std::lock_guard lock(w.collective_mutex());
               out = w.session().broadcast(mine, root);
             }
@@ -194,6 +210,7 @@ void bind_world(nb::module_& m) {
             std::vector<bootstrap::Blob> all;
             {
               nb::gil_scoped_release release;
+              w.wait_session_users_idle();
               std::lock_guard lock(w.collective_mutex());
               all = w.session().allgather(span_of(data));
             }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "trainrt/error.hpp"
 #include "trainrt/runtime/init.hpp"
@@ -45,7 +46,24 @@ class World {
   }
   bool peer_failed() const { return peer_failed_; }
 
+  // What runs session collectives in a thread of its own (a checkpoint Manager's commit). The
+  // world's own session exchanges (broadcast_bytes, allgather_bytes) first wait until every such
+  // user is idle: two threads of one rank taking turns in the session in another order than on
+  // another rank would pair one rank's commit with the other's exchange. Called without the GIL.
+  class SessionUser {
+   public:
+    virtual void wait_session_idle() = 0;
+
+   protected:
+    ~SessionUser() = default;
+  };
+  void add_session_user(SessionUser* u);
+  void remove_session_user(SessionUser* u);
+  void wait_session_users_idle();
+
  private:
+  std::mutex users_mutex_;  // held while a user is waited for: its removal (its destructor) waits
+  std::vector<SessionUser*> users_;
   std::unique_ptr<Runtime> rt_;
   std::mutex mutex_;
   int owner_pid_ = 0;  // a forked child (a DataLoader worker) must not tear down the parent's runtime

@@ -108,13 +108,13 @@ class World:
 
     def broadcast_bytes(self, data: Optional[bytes], root: int = 0) -> bytes:
         """Root's `data` on every rank (others may pass None). Over the bootstrap session (PMIx):
-        meant for small control data (addresses, configs), not tensors. Not while a checkpoint
-        save is in flight: its commit uses the same session (wait() first; docs/python.md)."""
+        meant for small control data (addresses, configs), not tensors. Waits first for any save
+        of this world's Managers still in flight (its commit uses the same session)."""
         return self._w.broadcast_bytes(None if data is None else bytes(data), root)
 
     def allgather_bytes(self, data: bytes) -> List[bytes]:
         """Every rank's `data` (sizes may differ), indexed by rank. Over the bootstrap session:
-        not while a checkpoint save is in flight (wait() first; docs/python.md)."""
+        waits first for any save of this world's Managers still in flight."""
         return self._w.allgather_bytes(bytes(data))
 
     def publish_bytes(self, key: str, data: bytes) -> None:

@@ -135,6 +135,22 @@ def test_forked_child_leaves_the_parents_runtime_alone():
     m.close()
 
 
+def test_session_exchange_waits_for_the_save_in_flight():
+    # broadcast_bytes goes over the PMIx session, as a save's commit does in the Manager's thread:
+    # it waits for that save, so no two ranks pair one's commit with the other's exchange.
+    big = np.full(16 << 20, float(r), dtype=np.float32)  # 64 MiB per rank: a persist of a while
+    m = checkpoint.Manager(directory + "/session", keep_last=1)
+    m.register("big", big)
+    fut = m.save(1)
+    got = world.broadcast_bytes(b"from rank 0" if r == 0 else None)
+    done_then = fut.done()
+    assert got == b"from rank 0"
+    assert done_then, "broadcast_bytes returned while the save's commit was still running"
+    assert fut.result().step == 1
+    assert world.allgather_bytes(bytes([r])) == [bytes([i]) for i in range(n)]
+    m.close()
+
+
 def test_cleanup():
     world.barrier()  # everyone is done with the directory
     if r == 0:
