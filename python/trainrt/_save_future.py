@@ -27,12 +27,13 @@ class SaveFuture:
     Nothing has to be collected: the next save(), wait(), restore() or close() settles it (and
     raises its error there, as they always did); afterwards result() and exception() only report."""
 
-    __slots__ = ("step", "_lock", "_settled", "_result", "_error", "_native_done", "_collect")
+    __slots__ = ("step", "_lock", "_settled", "_settled_event", "_result", "_error", "_native_done", "_collect")
 
     def __init__(self, step: int, native_done: Callable[[], bool], collect: Callable[[], Any]) -> None:
         self.step = step
         self._lock = threading.Lock()
         self._settled = False
+        self._settled_event = threading.Event()
         self._result: Optional[SaveResult] = None
         self._error: Optional[BaseException] = None
         self._native_done = native_done
@@ -40,7 +41,8 @@ class SaveFuture:
 
     def done(self) -> bool:
         """True once the step is committed on every rank or failed; never blocks."""
-        return self._settled or self._native_done()
+        native_done = self._native_done  # None once settled
+        return self._settled or (native_done is not None and native_done())
 
     def result(self, timeout: Optional[float] = None) -> SaveResult:
         """Blocks (GIL released) until the step is committed on every rank; its SaveResult. Raises
@@ -66,15 +68,24 @@ class SaveFuture:
                 if left <= 0:
                     raise TimeoutError(f"checkpoint: step {self.step} not committed within {timeout} s")
                 time.sleep(min(0.01, left))
+        collect = self._collect
         try:
-            self._collect()
+            if collect is not None:
+                collect()
         except BaseException:  # noqa: B036 (settled by _collect before it re-raises)
+            pass
+        # Another thread took this save to settle (its save() or wait() is finishing it): its
+        # outcome comes from there.
+        while not self._settled_event.wait(0.1):
             pass
 
     def _settle(self, result: Optional[SaveResult], error: Optional[BaseException]) -> None:
         with self._lock:
             if not self._settled:
                 self._result, self._error, self._settled = result, error, True
+                # A settled future holds nothing of its Manager (the native one is freed at close).
+                self._native_done = self._collect = None
+                self._settled_event.set()
 
     def __repr__(self) -> str:
         if not self._settled:

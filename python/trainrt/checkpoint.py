@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
 from ._optimizer_state import materialize_optimizer_state as _materialize_optimizer_state
 from ._save_future import SaveFuture, SaveResult
-from ._trainrt import CheckpointError, UsageError
+from ._trainrt import CheckpointError, Error, UsageError
 
 __all__ = ["Manager", "Shard", "SaveFuture", "SaveResult", "VerifyReport", "verify", "stop_requested",
            "CheckpointError"]
@@ -366,8 +366,9 @@ class Manager:
         (KillWait, 30 s by default). No other thread may use the world's collectives meanwhile.
         A Manager that raised so is done: its save waits for the dead rank, so its other calls
         raise trainrt.Error and closing it (or the process's end) does not wait."""
-        native = self._native
-        return self._settle_pending(native.wait_watching_peers if watch_peers else native.wait)
+        # No local of the native Manager: a raised error's traceback keeps this frame (and the
+        # SaveFuture keeps the error), which must not keep the native Manager alive after close().
+        return self._settle_pending(self._native.wait_watching_peers if watch_peers else self._native.wait)
 
     def _settle_pending(self, collect: Callable[[], Any], only: Optional[SaveFuture] = None) -> Optional[SaveResult]:
         """Runs `collect` (the native call that finishes the pending save) and hands its outcome to
@@ -379,6 +380,7 @@ class Manager:
         try:
             r = collect()
         except BaseException as e:
+            collect = None  # this frame stays in e's traceback: not the native Manager with it
             if fut is not None:
                 fut._settle(None, e)
             raise
@@ -435,7 +437,10 @@ class Manager:
         if self._m is not None:
             try:
                 if self._m.peers_failed:
-                    self._pending = None
+                    fut, self._pending = self._pending, None
+                    if fut is not None:  # it never commits: its waiters learn so
+                        fut._settle(None, Error(f"checkpoint: step {fut.step}: a rank failed while this save was in "
+                                                "flight; it never commits"))
                 else:
                     self._settle_pending(self._m.wait)
             finally:
@@ -446,8 +451,15 @@ class Manager:
     def __enter__(self) -> "Manager":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # An error is already on its way out of the block: closing must not replace it.
+        try:
+            self.close()
+        except Exception as e:  # noqa: BLE001
+            print(f"trainrt: checkpoint: closing the Manager after {exc_type.__name__}: {e}", file=sys.stderr, flush=True)
 
 
 def _step(step: Any) -> int:

@@ -79,7 +79,7 @@ elif mode in ("die_in_save", "die_in_training"):
     state = np.full(4 << 20, r, dtype=np.float32)  # 16 MiB per rank
     ckpt.register("state", state)
     saved_at = time.monotonic()
-    ckpt.save(1)
+    fut1 = ckpt.save(1)
     if r == 1:
         os._exit(9)
     t0 = time.monotonic()
@@ -118,6 +118,16 @@ elif mode in ("die_in_save", "die_in_training"):
         t1 = time.monotonic()
         ckpt.close()
         closed = time.monotonic() - t1 < 1
+        # The save's future is settled too: its result() raises at once, never an AssertionError.
+        t1 = time.monotonic()
+        try:
+            fut1.result()
+            settled = False
+        except trainrt.Error:
+            settled = time.monotonic() - t1 < 1
+        except BaseException:  # noqa: B036 - AssertionError was the bug
+            settled = False
+        del fut1  # a future holds its error, whose traceback holds frames of the Manager's calls
         # The native Manager freed while its save's fence is still pending (seconds before the
         # fence's timeout): its destructor must not wait for that save either. The traceback's
         # frames hold it; gc.collect() frees the cycles through the settled SaveFuture.
@@ -126,9 +136,9 @@ elif mode in ("die_in_save", "die_in_training"):
         t1 = time.monotonic()
         gc.collect()
         freed = native() is None and time.monotonic() - t1 < 1
-        ok = took < FENCE_S / 2 and ranks == (1,) and len(refused) == len(later) and closed and freed
+        ok = took < FENCE_S / 2 and ranks == (1,) and len(refused) == len(later) and closed and freed and settled
         say(f"rank {r}: {'DEATH-IN-SAVE-DETECTED' if ok else 'WRONG-ERROR'} after {took:.2f} s, later calls refused: "
-            f"{','.join(refused)}, closed at once={closed}, freed at once={freed}: {message}")
+            f"{','.join(refused)}, closed at once={closed}, future settled={settled}, freed at once={freed}: {message}")
         # Not the process's exit at once, as a job would (srun ends the step): Open MPI 4.1's mpirun
         # deadlocked (ext3x_server_deregister_client) in about 1 run of 60 when these ranks left
         # with the save's fence still pending there. Its timeout ends the fence first.
