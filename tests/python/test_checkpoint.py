@@ -257,3 +257,30 @@ def test_save_and_exit_commits_and_exits_75(tmp_path):
     rep = checkpoint.verify(d)
     assert rep.intact and rep.step == 5 and rep.metadata == {"why": "signal"}, rep
 
+
+
+def test_with_block_keeps_the_error_on_its_way_out(tmp_path, capsys):
+    # An error inside `with Manager(...)` is what propagates, even when closing fails too (a save
+    # whose commit fails); close()'s error is printed, not raised over it.
+    m = checkpoint.Manager(tmp_path / "c")
+    m.register("a", np.zeros(4, dtype=np.float32))
+
+    def close_fails(*_args, **_kwargs):
+        raise trainrt.CheckpointError("checkpoint: the save in flight failed")
+
+    try:
+        with m:
+            m._settle_pending = close_fails
+            raise ValueError("training failed")
+    except ValueError as e:
+        assert str(e) == "training failed"
+    else:
+        raise AssertionError("the ValueError did not propagate")
+    assert "the save in flight failed" in capsys.readouterr().err
+    # Without an error in the block, close()'s error is raised as before.
+    m2 = checkpoint.Manager(tmp_path / "d")
+    m2.register("a", np.zeros(4, dtype=np.float32))
+    import pytest
+    with pytest.raises(trainrt.CheckpointError):
+        with m2:
+            m2._settle_pending = close_fails
