@@ -312,9 +312,12 @@ std::int64_t Manager::Impl::restore() {
                                       overwritten_by),
                           "checkpoint restore");
   // Every rank decides alike: one whose check failed earlier for another reason never set it.
+  // Only where a step was checked (`steps` is the same on every rank): a first start, with none,
+  // adds no exchange to start-up.
   std::string refused;
-  for (const auto& b : session.allgather(to_blob(json{{"why", refused_for_world_size}})))
-    if (refused.empty()) refused = from_blob(b).at("why").get<std::string>();
+  if (!steps.empty())
+    for (const auto& b : session.allgather(to_blob(json{{"why", refused_for_world_size}})))
+      if (refused.empty()) refused = from_blob(b).at("why").get<std::string>();
   if (!refused.empty())
     throw WorldSizeError(fmt::format("no step this world can restore, and starting fresh would drop the progress of {}: "
                                      "run at the world size that saved it, or remove those steps to start over",
