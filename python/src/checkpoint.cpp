@@ -76,11 +76,7 @@ class PyManager final : public World::SessionUser {
   void wait_session_idle() override {
     if (::getpid() != owner_pid_) return;
     std::lock_guard lock(mutex_);
-    adopt_world_failure();
-    if (peers_failed_)
-      throw Error("a save of a Manager of this world waits for a rank that failed, inside the session: no session "
-                  "exchange can complete; end the process",
-                  "session");
+    refuse_locked();
     manager_->wait_idle();
   }
 

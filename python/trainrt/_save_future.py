@@ -27,13 +27,12 @@ class SaveFuture:
     Nothing has to be collected: the next save(), wait(), restore() or close() settles it (and
     raises its error there, as they always did); afterwards result() and exception() only report."""
 
-    __slots__ = ("step", "_lock", "_settled", "_settled_event", "_result", "_error", "_native_done", "_collect")
+    __slots__ = ("step", "_lock", "_settled_event", "_result", "_error", "_native_done", "_collect")
 
     def __init__(self, step: int, native_done: Callable[[], bool], collect: Callable[[], Any]) -> None:
         self.step = step
         self._lock = threading.Lock()
-        self._settled = False
-        self._settled_event = threading.Event()
+        self._settled_event = threading.Event()  # set once the outcome below is in place
         self._result: Optional[SaveResult] = None
         self._error: Optional[BaseException] = None
         self._native_done = native_done
@@ -42,7 +41,7 @@ class SaveFuture:
     def done(self) -> bool:
         """True once the step is committed on every rank or failed; never blocks."""
         native_done = self._native_done  # None once settled
-        return self._settled or (native_done is not None and native_done())
+        return self._settled_event.is_set() or (native_done is not None and native_done())
 
     def result(self, timeout: Optional[float] = None) -> SaveResult:
         """Blocks (GIL released) until the step is committed on every rank; its SaveResult. Raises
@@ -59,7 +58,7 @@ class SaveFuture:
         return self._error
 
     def _wait(self, timeout: Optional[float]) -> None:
-        if self._settled:
+        if self._settled_event.is_set():
             return
         if timeout is not None:
             deadline = time.monotonic() + max(0.0, float(timeout))
@@ -76,18 +75,17 @@ class SaveFuture:
             pass
         # Another thread took this save to settle (its save() or wait() is finishing it): its
         # outcome comes from there.
-        while not self._settled_event.wait(0.1):
-            pass
+        self._settled_event.wait()
 
     def _settle(self, result: Optional[SaveResult], error: Optional[BaseException]) -> None:
         with self._lock:
-            if not self._settled:
-                self._result, self._error, self._settled = result, error, True
+            if not self._settled_event.is_set():
+                self._result, self._error = result, error
                 # A settled future holds nothing of its Manager (the native one is freed at close).
                 self._native_done = self._collect = None
                 self._settled_event.set()
 
     def __repr__(self) -> str:
-        if not self._settled:
+        if not self._settled_event.is_set():
             return f"<SaveFuture step={self.step} {'done' if self.done() else 'running'}>"
         return f"<SaveFuture step={self.step} {'failed' if self._error else 'committed'}>"
