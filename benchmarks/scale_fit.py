@@ -175,6 +175,11 @@ def median_interval(runs, resamples=2000, seed=0):
     return meds[int(0.05 * resamples)], meds[int(0.95 * resamples) - 1]
 
 
+def round_trips_ms(rtt):
+    """Each point's round trip in ms: the median of what scale.sh recorded there (us)."""
+    return {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+
+
 def fit_models(med, rtt_ms, hold, init_model="tail"):
     """{figure: (terms, coefficients, training points, held-out points)} for every figure with
     enough points not held out to fit its terms; None for the others."""
@@ -219,7 +224,7 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
     namespace nodes on its cores), from the fit on the recorded points not held out."""
     if ranks < 1 or nodes < 1 or ranks % nodes:
         raise SystemExit(f"--ranks {ranks} must be a positive multiple of --nodes {nodes}")
-    rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+    rtt_ms = round_trips_ms(rtt)
     at = rtt_us / 1e3 if rtt_us is not None else rtt_for_delay(rtt, delay_us or 0)
     fitted = fit_models(med, rtt_ms, held_out(holdout), init_model)
     print(f"predicted for {ranks} ranks on {nodes} nodes, round trip {at * 1e3:.0f} us"
@@ -237,10 +242,9 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
 
 
 def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
-    models = dict(MODELS, init_last=INIT_MODELS[init_model])
     hold = held_out(holdout)
     status = 0
-    rtt_ms = {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
+    rtt_ms = round_trips_ms(rtt)
     held = [k for k in med if k in rtt_ms and hold(k)]
     if not held:
         raise SystemExit(f"--holdout '{holdout}' holds out none of the {len(med)} points: no error to state")
@@ -256,7 +260,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
         if coef is None:
             print(f"\n{fig}: {len(train)} points to fit {len(terms)} terms: not fitted")
             continue
-        fitted[fig] = coef
+        fitted[fig] = (terms, coef)
         fit_err = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k]) - y) / y for k, y in train]
         print(f"\n{fig} = " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)) + "  (ms; rtt in ms)")
         print(f"  fitted on {len(train)} points: median error {statistics.median(fit_err):.0%}, max {max(fit_err):.0%}")
@@ -292,10 +296,10 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
     print(f"{'figure':>14} " + " ".join(f"{r:>10}" for r in ("1k", "10k", "100k")))
     for fig in ("floor_last", "init_last", "uid_1root", "uid_roots256", "ckpt_commit", "torch_last"):
         if fig in fitted:
-            vals = [project(fitted[fig], models[fig], cores_here, r) for r in (1024, 10240, 102400)]
+            vals = [project(fitted[fig][1], fitted[fig][0], cores_here, r) for r in (1024, 10240, 102400)]
             print(f"{fig:>14} " + " ".join(f"{v:10.2f}" for v in vals))
             if fig in ROOT_SERIAL:
-                vals = [project(fitted[fig], models[fig], cores_here, r, True) for r in (1024, 10240, 102400)]
+                vals = [project(fitted[fig][1], fitted[fig][0], cores_here, r, True) for r in (1024, 10240, 102400)]
                 print(f"{'  root-serial':>14} " + " ".join(f"{v:10.2f}" for v in vals))
     for what, s in PUBLISHED.items():
         print(f"  published: {what}: ~{s:.0f} s")
