@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../common/temp_dir.hpp"
+#include "trainrt/doctor/doctor.hpp"
 
 namespace trainrt::testing {
 
@@ -71,6 +72,13 @@ inline std::string flight(unsigned rank, std::uint64_t last_completed, std::opti
 inline std::string timeout_reason(unsigned rank, std::uint64_t step, const std::string& missing) {
   return fmt::format("step {}: shm: rank {}: allreduce #{} (arrive) timed out after 10000 ms waiting for rank(s) {}", step,
                      rank, step, missing);
+}
+
+// Whether one of the verdict's notes says `part`.
+inline bool has_note(const trainrt::doctor::Verdict& v, const std::string& part) {
+  for (const auto& n : v.notes)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace trainrt::testing

@@ -36,12 +36,6 @@ std::string with_failure(std::string dump, const char* kind, const char* ranks, 
   return dump.replace(dump.find(key), key.size(), fmt::format(R"("failure":"{}","failure_ranks":[{}],{}{})", kind, ranks, extra, key));
 }
 
-bool has_note(const Verdict& v, const std::string& part) {
-  for (const auto& n : v.notes)
-    if (n.find(part) != std::string::npos) return true;
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("a healthy run is healthy, exit 0") {

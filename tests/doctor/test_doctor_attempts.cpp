@@ -10,16 +10,6 @@
 using namespace trainrt::testing;
 using namespace trainrt::doctor;
 
-namespace {
-
-bool has_note(const Verdict& v, const std::string& part) {
-  for (const auto& n : v.notes)
-    if (n.find(part) != std::string::npos) return true;
-  return false;
-}
-
-}  // namespace
-
 TEST_CASE("a rerun appends: only the last attempt counts, and an older flight file is stale") {
   RunDir d;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
