@@ -129,7 +129,8 @@ def main():
     at.add_argument("--delay-us", type=int, default=None,
                     help="the link delay scale.sh's cluster.sh sets (default 0); the round trip is the data's at "
                          "that delay, interpolated between measured delays")
-    at.add_argument("--rtt-us", type=float, default=None, help="the node-to-node round trip, as scale.sh records it")
+    at.add_argument("--rtt-us", type=float, default=None, help="the node-to-node round trip, as scale.sh records it, of links without cluster.sh's delay "
+                         "(its emulator's own cost, the term emu_ranks_levels, comes only with --delay-us)")
     p.add_argument("--holdout", default="", help="points left out of the fit (as for fit); default none")
     p.add_argument("--init-model", choices=("tail", "grow"), default="tail")
     args = ap.parse_args()
