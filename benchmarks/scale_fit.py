@@ -259,8 +259,11 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
     return 0
 
 
-def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None):
-    hold = held_out(holdout)
+def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, checked=frozenset()):
+    """`checked`: points of another run (scale_model.py fit --check), held out whatever `holdout` says."""
+    by_spec = held_out(holdout)
+    hold = lambda k: k in checked or by_spec(k)  # noqa: E731
+    holdout = " and ".join(filter(None, (holdout, f"the {len(checked)} points of --check" if checked else "")))
     status = 0
     rtt_ms = round_trips_ms(rtt)
     held = [k for k in med if k in rtt_ms and hold(k)]

@@ -2,9 +2,10 @@
 """Figures and model of benchmarks/scale.sh (docs/scale.md).
 
   scale_model.py summary RAW.tsv...     medians per point, ratios to the bare fence of the same point
-  scale_model.py fit RAW.tsv... [--holdout SPEC] [--init-model tail|grow]
+  scale_model.py fit RAW.tsv... [--holdout SPEC] [--check RAW.tsv...] [--init-model tail|grow]
                                         fits the model on the points not held out, states its error
-                                        on the held-out ones, projects to 1k/10k/100k ranks
+                                        on the held-out ones (and on every point of the --check
+                                        runs), projects to 1k/10k/100k ranks
   scale_model.py predict RAW.tsv... --ranks N --nodes n [--delay-us D | --rtt-us R] [--holdout SPEC]
                                         every figure at a configuration (measured or not) of this kind
                                         of machine, from the fit on the recorded points not held out
@@ -114,9 +115,12 @@ def main():
     s.add_argument("raw", nargs="+")
     f = sub.add_parser("fit")
     f.add_argument("raw", nargs="+")
-    f.add_argument("--holdout", default="nodes>=16,ranks>=1024",
+    f.add_argument("--holdout", default=None,
                    help="points the fit never sees: a comma list of conditions that each hold out points "
-                        "(e.g. 'ranks>=1024' or 'nodes==8'); default %(default)s")
+                        "(e.g. 'ranks>=1024' or 'nodes==8'); default nodes>=16,ranks>=1024, none with --check")
+    f.add_argument("--check", nargs="+", default=[], metavar="RAW",
+                   help="runs of configurations the fitted runs do not hold (scale.sh raw.tsv): the fit never sees "
+                        "them, and states its error on each")
     f.add_argument("--init-model", choices=("tail", "grow"), default="tail",
                    help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
                         "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
@@ -142,7 +146,19 @@ def main():
                                  rtt_us=args.rtt_us, holdout=args.holdout, init_model=args.init_model))
     else:
         figures, rtt, load = read_raw(args.raw)
-        sys.exit(fit_command(medians(figures), rtt, args.holdout, init_model=args.init_model, runs=figures))
+        checked = set()
+        if args.check:
+            more, more_rtt, _ = read_raw(args.check)
+            both = sorted(set(more) & set(figures))
+            if both:
+                raise SystemExit("--check: these configurations are in the fitted runs too: "
+                                 + ", ".join(f"{r}/{n}/{d} us" for r, n, d in both))
+            figures.update(more)
+            rtt.update(more_rtt)
+            checked = set(more)
+        holdout = args.holdout if args.holdout is not None else ("" if checked else "nodes>=16,ranks>=1024")
+        sys.exit(fit_command(medians(figures), rtt, holdout, init_model=args.init_model, runs=figures,
+                             checked=frozenset(checked)))
 
 
 if __name__ == "__main__":

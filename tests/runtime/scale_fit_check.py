@@ -127,5 +127,40 @@ for call, text in ((lambda: scale_fit.fit_command(med, rtt, "ranks>=99999"), "ho
         if text not in str(e):
             failed.append(f"error '{e}' does not say '{text}'")
 
+# scale_model.py fit --check: the other run's points are held out (their errors stated, 0 here),
+# and a configuration in both runs is refused by name.
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+cols = "point ranks nodes delay_us rtt_us rep mode figure ms srun_s load_before load_after".split()
+
+
+def raw_file(path, keys):
+    with open(path, "w") as f:
+        f.write("\t".join(cols) + "\n")
+        for r, n, d in keys:
+            ms = sum(truth[t] * independent_feature(t, r, n, rtt[(r, n, d)][0] / 1e3, d) for t in scale_fit.MODELS["ckpt_commit"])
+            f.write("\t".join(map(str, (f"{r}/{n}/{d}", r, n, d, rtt[(r, n, d)][0], 1, "init", "ckpt_commit", ms, 1, 0, 0))) + "\n")
+
+
+model = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "scale_model.py"
+with tempfile.TemporaryDirectory() as tmp:
+    fit_keys = [k for k in points if k[0] < 1024]
+    check_keys = [k for k in points if k[0] == 1024]
+    raw_file(f"{tmp}/fit.tsv", fit_keys)
+    raw_file(f"{tmp}/check.tsv", check_keys)
+    run = subprocess.run([sys.executable, str(model), "fit", f"{tmp}/fit.tsv", "--check", f"{tmp}/check.tsv"],
+                         capture_output=True, text=True)
+    held = [l for l in run.stdout.splitlines() if l.startswith("  held out")]
+    if run.returncode != 0 or len(held) != len(check_keys) or any("  1024 ranks" not in l for l in held) \
+            or f"held-out error: median 0%, max 0% over {len(check_keys)} points" not in run.stdout:
+        failed.append(f"fit --check: rc {run.returncode}, {len(held)} held-out lines: {run.stdout[-300:]}{run.stderr[-300:]}")
+    raw_file(f"{tmp}/both.tsv", check_keys[:1] + fit_keys[:1])
+    run = subprocess.run([sys.executable, str(model), "fit", f"{tmp}/fit.tsv", "--check", f"{tmp}/both.tsv"],
+                         capture_output=True, text=True)
+    k = fit_keys[0]
+    if run.returncode == 0 or f"{k[0]}/{k[1]}/{k[2]} us" not in run.stderr:
+        failed.append(f"fit --check with a fitted configuration: rc {run.returncode}, '{run.stderr.strip()}'")
+
 print("\n".join(failed) if failed else "scale_fit: every design's coefficients recovered; intervals as expected")
 sys.exit(1 if failed else 0)
