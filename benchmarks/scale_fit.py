@@ -145,21 +145,22 @@ REAL_HOP_MS = 0.5          # a PMIx server's work per tree level (unpack, merge,
 PUBLISHED = {"TCPStore, 96K ranks (torch libuv backend)": 100.0, "NCCL init, 96k GPUs (NVIDIA/nccl#1156)": 265.0}
 
 
-# Steps where one root reads every rank's blob (the commit's gather, one NCCL root's id): their
-# N term is printed twice, as parallel work and as the root's serial work (an upper bound: here the
-# fitted per-rank cost includes every rank's CPU on 2 shared cores, not the root's alone).
-ROOT_SERIAL = ("uid_1root", "ckpt_commit")
+# Steps where one root serves or reads a blob per rank or per node, one after another: their N term
+# is printed twice, as parallel work and as the root's serial work, N times (one NCCL root's id) or
+# n times (the commit's gather: rank 0 reads one bundle per node leader). An upper bound: here the
+# fitted per-rank cost includes every rank's CPU on 2 shared cores, not the root's alone.
+ROOT_SERIAL = {"uid_1root": "ranks", "ckpt_commit": "nodes"}
 
 
-def project(coef, terms, cores_here, ranks, root_serial=False):
+def project(coef, terms, cores_here, ranks, root_serial=None):
     """Seconds at `ranks` on a real cluster: CPU terms stop sharing one machine's cores."""
     n = max(1, ranks // REAL_RANKS_PER_NODE)
     total = 0.0
     for c, t in zip(coef, terms):
         if t == "const":
             total += c
-        elif t == "ranks" and root_serial:
-            total += c * ranks
+        elif t == "ranks" and root_serial:  # "ranks" or "nodes": what the root takes one by one
+            total += c * (ranks if root_serial == "ranks" else n)
         elif t == "ranks":    # per rank CPU here is c * cores_here; a node runs its ranks side by side
             total += c * cores_here
         elif t == "nodes":    # a node's own daemon work, side by side on every node
@@ -325,7 +326,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
             vals = [project(fitted[fig][1], fitted[fig][0], cores_here, r) for r in (1024, 10240, 102400)]
             print(f"{fig:>14} " + " ".join(f"{v:10.2f}" for v in vals))
             if fig in ROOT_SERIAL:
-                vals = [project(fitted[fig][1], fitted[fig][0], cores_here, r, True) for r in (1024, 10240, 102400)]
+                vals = [project(fitted[fig][1], fitted[fig][0], cores_here, r, ROOT_SERIAL[fig]) for r in (1024, 10240, 102400)]
                 print(f"{'  root-serial':>14} " + " ".join(f"{v:10.2f}" for v in vals))
     for what, s in PUBLISHED.items():
         print(f"  published: {what}: ~{s:.0f} s")

@@ -74,6 +74,12 @@ without = [0.0 if t == "emu_ranks_levels" else truth[t] for t in emu]
 if scale_fit.project(with_emu, emu, 2, 10240) != scale_fit.project(without, emu, 2, 10240):
     failed.append("the link emulator's term is projected to a real cluster")
 
+# The root's serial bound: N blobs for one NCCL root, one bundle per node (8 ranks each) for the commit.
+for what, want in (("ranks", 10.24), ("nodes", 1.28)):
+    got = scale_fit.project([1.0], ("ranks",), 2, 10240, what)
+    if abs(got - want) > 1e-9:
+        failed.append(f"root-serial by {what} at 10,240 ranks: {got} s, want {want}")
+
 # The tail design does not grow with the job: the same ranks per node, 16x the nodes, same time.
 tail = scale_fit.INIT_MODELS["tail"]
 a = scale_fit.project([truth[t] for t in tail], tail, 2, 1024)
