@@ -2,7 +2,7 @@
 """Figures and model of benchmarks/scale.sh (docs/scale.md).
 
   scale_model.py summary RAW.tsv...     medians per point, ratios to the bare fence of the same point
-  scale_model.py fit RAW.tsv... [--holdout SPEC] [--check RAW.tsv...] [--init-model tail|grow]
+  scale_model.py fit RAW.tsv... [--holdout SPEC] [--check RAW.tsv]... [--init-model tail|grow]
                                         fits the model on the points not held out, states its error
                                         on the held-out ones (and on every point of the --check
                                         runs), projects to 1k/10k/100k ranks
@@ -118,9 +118,9 @@ def main():
     f.add_argument("--holdout", default=None,
                    help="points the fit never sees: a comma list of conditions that each hold out points "
                         "(e.g. 'ranks>=1024' or 'nodes==8'); default nodes>=16,ranks>=1024, none with --check")
-    f.add_argument("--check", nargs="+", default=[], metavar="RAW",
-                   help="runs of configurations the fitted runs do not hold (scale.sh raw.tsv): the fit never sees "
-                        "them, and states its error on each")
+    f.add_argument("--check", action="append", default=[], metavar="RAW",
+                   help="a run of configurations the fitted runs do not hold (scale.sh raw.tsv; give --check again for "
+                        "more): the fit never sees them, and states its error on each")
     f.add_argument("--init-model", choices=("tail", "grow"), default="tail",
                    help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
                         "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
@@ -153,9 +153,17 @@ def main():
             if both:
                 raise SystemExit("--check: these configurations are in the fitted runs too: "
                                  + ", ".join(f"{r}/{n}/{d} us" for r, n, d in both))
+            # A point needs its measured round trip to be fitted or checked (scale.sh writes NA when
+            # it could not measure one): say which are left out rather than count them as checked.
+            no_rtt = sorted(k for k in more if not more_rtt.get(k))
+            if no_rtt:
+                print("--check: no round trip measured, left out: " + ", ".join(f"{r}/{n}/{d} us" for r, n, d in no_rtt),
+                      file=sys.stderr)
             figures.update(more)
             rtt.update(more_rtt)
-            checked = set(more)
+            checked = set(more) - set(no_rtt)
+            if not checked:
+                raise SystemExit(f"--check {' '.join(args.check)}: no point with a measured round trip to check")
         holdout = args.holdout if args.holdout is not None else ("" if checked else "nodes>=16,ranks>=1024")
         sys.exit(fit_command(medians(figures), rtt, holdout, init_model=args.init_model, runs=figures,
                              checked=frozenset(checked)))

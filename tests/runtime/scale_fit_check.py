@@ -10,8 +10,8 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 import scale_fit  # noqa: E402
 
-points = [(r, n, d) for r in (64, 128, 256, 512, 1024) for n in (1, 2, 4, 8, 16, 24, 32) for d in (0, 20, 100)
-          if r >= 4 * n and r % n == 0]
+points = [(r, n, d) for r in (64, 128, 256, 512, 768, 1024, 1536) for n in (1, 2, 4, 8, 16, 24, 32)
+          for d in (0, 20, 100) if r >= 4 * n and r % n == 0]  # 24 nodes: 768 and 1,536 ranks
 rtt = {k: [30.0 + 2 * k[2]] for k in points}  # us, as scale.sh records them
 truth = {"const": 50.0, "ranks": 0.3, "nodes": 4.0, "tree_rtt": 20.0, "ring_rtt": 2.0, "ranks2": 1e-4,
          "per_node": 0.8, "rtt": 30.0, "ranks_levels": 0.05, "emu_ranks_levels": 0.02}
@@ -68,6 +68,29 @@ for fig, terms in scale_fit.MODELS.items():
             failed.append(f"{fig}: {truth[t]:.4g}*{t} not in '{block.splitlines()[0]}'")
     if "held-out error: median 0%, max 0%" not in block:  # the 20 us points: the emulator is on there too
         failed.append(f"{fig}: held-out points not predicted exactly: {block[-200:]}")
+text = out.getvalue()
+if "(init_own, floor_own, ckpt_commit), held-out points: median error 0%, max 0%" not in text:
+    failed.append("no error line for the ready world from main() and the commit")
+# The root's serial bound: N ids for one NCCL root, one bundle per node for the commit.
+for fig in ("uid_1root", "ckpt_commit"):
+    lines = text.split("projection")[-1].splitlines()
+    at = next(i for i, l in enumerate(lines) if l.strip().startswith(fig + " "))
+    want = scale_fit.project([truth[t] for t in scale_fit.MODELS[fig]], scale_fit.MODELS[fig], 2, 1024, scale_fit.ROOT_SERIAL[fig])
+    if f"{want:10.2f}" not in lines[at + 1] or "root-serial" not in lines[at + 1]:
+        failed.append(f"{fig}: root-serial row '{lines[at + 1]}', want {want:.2f} at 1k")
+# predict: the emulator's term with a link delay, none with a round trip given for a real link.
+for kw, emu_on in (({"delay_us": 50}, True), ({"rtt_us": 130.0}, False)):
+    got = io.StringIO()
+    with contextlib.redirect_stdout(got):
+        scale_fit.predict_command(med, rtt, 768, 24, **kw)
+    want = sum(truth[t] * independent_feature(t, 768, 24, 0.130, 50 if emu_on else 0) for t in scale_fit.MODELS["ckpt_commit"])
+    line = next((l for l in got.getvalue().splitlines() if l.strip().startswith("ckpt_commit")), "")
+    if f"{want:10.1f}" not in line:
+        failed.append(f"predict {kw}: ckpt_commit want {want:.1f}, got '{line}'")
+# A level's wait projects as one rank's share of it per level: coefficient x cores x levels(n).
+got = scale_fit.project([0.05], ("ranks_levels",), 2, 102400)
+if abs(got - 0.05 * 2 * 4 / 1e3) > 1e-12:  # 12,800 nodes: 4 levels of 16
+    failed.append(f"ranks_levels projected to {got} s at 102,400 ranks")
 emu = scale_fit.MODELS["ckpt_commit"]
 with_emu = [truth[t] for t in emu]
 without = [0.0 if t == "emu_ranks_levels" else truth[t] for t in emu]
