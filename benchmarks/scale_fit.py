@@ -19,6 +19,11 @@ Every figure is a sum of terms whose cause is known (docs/scale.md "The model"):
   emu_ranks_levels  N x levels(n) while cluster.sh's link delay runs (delay > 0): link_delay, a
               real-time thread that takes every packet between nodes, costs these shared cores
               CPU of its own; a real fabric has no such cost (projected as 0)
+  ranks_log2, emu_ranks_log2  the same two with log2(n) rounds in place of levels(n) (0 on one
+              node): the leaders' 2^k mesh and their binomial-tree collectives take log2(n) rounds;
+              chosen by cross-validation over the eighth run and its three checks, where it missed
+              small launches (2 to 32 nodes at 32-128 ranks) by less (docs/scale.md "Fourth check").
+              `--rank-term levels` fits the eighth run's terms instead.
 Coefficients are fitted with relative weights (the error that matters is a ratio) and kept
 non-negative (a term with a negative fit is dropped and the rest refitted: a cost cannot be < 0).
 Standard library only: the solver is a few lines of Gaussian elimination on the normal equations.
@@ -33,7 +38,7 @@ TREE_WIDTH = 16  # Slurm's default from 23.11 (scale.sh sets min(16, nodes) per 
 # A step that climbs Slurm's tree (a fence, or a fence before it: every warm step and each cold
 # figure from the slowest rank's own main(), `_own`) has the ranks_levels term too.
 TREE_STEP = ("const", "ranks", "nodes", "ranks_levels", "emu_ranks_levels", "tree_rtt")
-MODELS = {
+LEVEL_MODELS = {
     "floor_last": ("const", "ranks", "nodes", "tree_rtt"),      # bare PMIx_Init + data-free fence
     "init_last": ("const", "ranks", "nodes", "tree_rtt"),       # trainrt::init() to a ready world
     "floor_own": TREE_STEP,   # the same two from the slowest rank's own main(): its wait for the
@@ -45,6 +50,17 @@ MODELS = {
     "ckpt_commit": TREE_STEP,
     "torch_last": ("const", "ranks", "ranks2"),                  # TCPStore + gloo's full mesh
 }
+# The per-round wait behind N ranks, by the number of rounds: log2(n) (the default) or levels(n).
+RANK_TERMS = {"log2": {"ranks_levels": "ranks_log2", "emu_ranks_levels": "emu_ranks_log2"}, "levels": {}}
+
+
+def models_for(rank_term="log2"):
+    """Every figure's terms with the rounds of `rank_term` ("log2" or "levels")."""
+    swap = RANK_TERMS[rank_term]
+    return {fig: tuple(swap.get(t, t) for t in terms) for fig, terms in LEVEL_MODELS.items()}
+
+
+MODELS = models_for("log2")
 # init_last by the library's design (`scale_model.py fit --init-model`):
 #   tail (from 2026-11-26 22:00, 09e8db5 and 9ea5960): no fence; the leaders connect while their
 #     nodes' ranks start, so after the last rank's main() come only its own init, its node's
@@ -64,7 +80,9 @@ def feature(term, ranks, nodes, rtt_ms, delay_us=0):
             "tree_rtt": levels(nodes) * rtt_ms, "ring_rtt": (nodes if nodes > 1 else 0) * rtt_ms,
             "per_node": float(ranks) / nodes, "rtt": (1.0 if nodes > 1 else 0.0) * rtt_ms,
             "ranks_levels": float(ranks) * levels(nodes),
-            "emu_ranks_levels": float(ranks) * levels(nodes) if delay_us > 0 else 0.0}[term]
+            "emu_ranks_levels": float(ranks) * levels(nodes) if delay_us > 0 else 0.0,
+            "ranks_log2": float(ranks) * math.log2(nodes),
+            "emu_ranks_log2": float(ranks) * math.log2(nodes) if delay_us > 0 else 0.0}[term]
 
 
 def solve(a, b):
@@ -169,8 +187,10 @@ def project(coef, terms, cores_here, ranks, root_serial=None):
             total += c * cores_here
         elif t == "rtt":
             total += c * (REAL_RTT_MS + REAL_HOP_MS)
-        elif t == "emu_ranks_levels":  # this machine's link emulator: no such thing there
+        elif t in ("emu_ranks_levels", "emu_ranks_log2"):  # this machine's link emulator: no such thing there
             pass
+        elif t == "ranks_log2":
+            total += c * cores_here * math.log2(n)
         elif t == "ranks_levels":  # a level's wait for a core: there each rank has its own
             total += c * cores_here * levels(n)
         elif t == "tree_rtt":  # c fence-equivalents, each climbing the tree: rtt + a hop's work per level
@@ -199,10 +219,10 @@ def round_trips_ms(rtt):
     return {k: statistics.median(v) / 1e3 for k, v in rtt.items() if v}
 
 
-def fit_models(med, rtt_ms, hold, init_model="tail"):
+def fit_models(med, rtt_ms, hold, init_model="tail", rank_term="log2"):
     """{figure: (terms, coefficients, training points, held-out points)} for every figure with
     enough points not held out to fit its terms; None for the others."""
-    models = dict(MODELS, init_last=INIT_MODELS[init_model])
+    models = dict(models_for(rank_term), init_last=INIT_MODELS[init_model])
     out = {}
     for fig, terms in models.items():
         pts = [(k, m[fig]) for k, m in med.items() if fig in m and k in rtt_ms]
@@ -238,17 +258,19 @@ def rtt_for_delay(rtt, delay_us):
     return max(r, 0.0) / 1e3
 
 
-def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout="", init_model="tail", cores_here=2):
+def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout="", init_model="tail", cores_here=2,
+                    rank_term="log2"):
     """Each figure at one configuration of this kind of machine (a local cluster of `nodes`
     namespace nodes on its cores), from the fit on the recorded points not held out."""
     if ranks < 1 or nodes < 1 or ranks % nodes:
         raise SystemExit(f"--ranks {ranks} must be a positive multiple of --nodes {nodes}")
     rtt_ms = round_trips_ms(rtt)
     at = rtt_us / 1e3 if rtt_us is not None else rtt_for_delay(rtt, delay_us or 0)
-    fitted = fit_models(med, rtt_ms, held_out(holdout), init_model)
+    fitted = fit_models(med, rtt_ms, held_out(holdout), init_model, rank_term)
     print(f"predicted for {ranks} ranks on {nodes} nodes, round trip {at * 1e3:.0f} us"
           f"{'' if rtt_us is not None else f' (link delay {delay_us or 0} us, from the data)'}; "
-          f"init_last: the '{init_model}' design; fitted on every point{' not held out (' + holdout + ')' if holdout else ''}")
+          f"init_last: the '{init_model}' design; rounds behind N ranks: {rank_term}; "
+          f"fitted on every point{' not held out (' + holdout + ')' if holdout else ''}")
     print(f"{'figure':>14} {'model ms':>10}  fit: points, median error, terms")
     for fig, (terms, coef, train, _) in fitted.items():
         if coef is None:
@@ -260,7 +282,7 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
     return 0
 
 
-def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, checked=frozenset()):
+def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, checked=frozenset(), rank_term="log2"):
     """`checked`: points of another run (scale_model.py fit --check), held out whatever `holdout` says."""
     by_spec = held_out(holdout)
     hold = lambda k: k in checked or by_spec(k)  # noqa: E731
@@ -275,13 +297,14 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
     print(f"model: least squares (relative, non-negative) per figure; held out: {holdout}")
     print(f"terms: const, ranks N, nodes n, tree_rtt = levels(n) x rtt (TreeWidth {TREE_WIDTH}), "
           "ring_rtt = n x rtt, ranks2 = N^2, per_node = N / n, rtt = a round trip (0 on one node), "
-          "ranks_levels = N x levels(n), emu_ranks_levels = the same while the link delay runs; "
+          "ranks_levels = N x levels(n), ranks_log2 = N x log2(n), emu_* = the same while the link delay runs; "
+          f"rounds behind N ranks: {rank_term}; "
           f"init_last: the '{init_model}' design")
     # The goal's figures, in two groups: from the slowest rank's own main() (and the commit, a warm
     # step), which a user waits for; and from the last rank's main(), start-up's tail alone.
     groups = {("init_own", "floor_own", "ckpt_commit"): [], ("init_last", "floor_last"): []}
     fitted = {}
-    for fig, (terms, coef, train, test) in fit_models(med, rtt_ms, hold, init_model).items():
+    for fig, (terms, coef, train, test) in fit_models(med, rtt_ms, hold, init_model, rank_term).items():
         if coef is None:
             print(f"\n{fig}: {len(train)} points to fit {len(terms)} terms: not fitted")
             continue

@@ -121,6 +121,9 @@ def main():
     f.add_argument("--check", action="append", default=[], metavar="RAW",
                    help="a run of configurations the fitted runs do not hold (scale.sh raw.tsv; give --check again for "
                         "more): the fit never sees them, and states its error on each")
+    rank_help = ("the rounds a step waits behind N ranks: log2 (N x log2(n), the default since the fourth check) or "
+                 "levels (N x levels(n) of Slurm's 16-wide tree: the eighth run's fit and its first three checks)")
+    f.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
     f.add_argument("--init-model", choices=("tail", "grow"), default="tail",
                    help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
                         "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
@@ -137,13 +140,15 @@ def main():
                          "(its emulator's own cost, the term emu_ranks_levels, comes only with --delay-us)")
     p.add_argument("--holdout", default="", help="points left out of the fit (as for fit); default none")
     p.add_argument("--init-model", choices=("tail", "grow"), default="tail")
+    p.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
     args = ap.parse_args()
     if args.cmd == "summary":
         summary(args.raw)
     elif args.cmd == "predict":
         figures, rtt, _ = read_raw(args.raw)
         sys.exit(predict_command(medians(figures), rtt, args.ranks, args.nodes, delay_us=args.delay_us,
-                                 rtt_us=args.rtt_us, holdout=args.holdout, init_model=args.init_model))
+                                 rtt_us=args.rtt_us, holdout=args.holdout, init_model=args.init_model,
+                                 rank_term=args.rank_term))
     else:
         figures, rtt, load = read_raw(args.raw)
         checked = set()
@@ -166,7 +171,7 @@ def main():
                 raise SystemExit(f"--check {' '.join(args.check)}: no point with a measured round trip to check")
         holdout = args.holdout if args.holdout is not None else ("" if checked else "nodes>=16,ranks>=1024")
         sys.exit(fit_command(medians(figures), rtt, holdout, init_model=args.init_model, runs=figures,
-                             checked=frozenset(checked)))
+                             checked=frozenset(checked), rank_term=args.rank_term))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ points = [(r, n, d) for r in (64, 128, 256, 512, 768, 1024, 1536) for n in (1, 2
           for d in (0, 20, 100) if r >= 4 * n and r % n == 0]  # 24 nodes: 768 and 1,536 ranks
 rtt = {k: [30.0 + 2 * k[2]] for k in points}  # us, as scale.sh records them
 truth = {"const": 50.0, "ranks": 0.3, "nodes": 4.0, "tree_rtt": 20.0, "ring_rtt": 2.0, "ranks2": 1e-4,
-         "per_node": 0.8, "rtt": 30.0, "ranks_levels": 0.05, "emu_ranks_levels": 0.02}
+         "per_node": 0.8, "rtt": 30.0, "ranks_levels": 0.05, "emu_ranks_levels": 0.02, "ranks_log2": 0.07,
+         "emu_ranks_log2": 0.03}
 failed = []
 
 
@@ -23,7 +24,8 @@ def independent_feature(term, ranks, nodes, rtt_ms, delay_us=0):
     levels = 0 if nodes == 1 else (1 if nodes <= 16 else 2)  # TreeWidth 16, up to 256 nodes
     return {"const": 1.0, "ranks": ranks, "nodes": nodes, "tree_rtt": levels * rtt_ms, "ring_rtt": 0 if nodes == 1 else nodes * rtt_ms,
             "per_node": ranks / nodes, "rtt": rtt_ms if nodes > 1 else 0.0, "ranks_levels": ranks * levels,
-            "emu_ranks_levels": ranks * levels if delay_us > 0 else 0.0}[term]
+            "emu_ranks_levels": ranks * levels if delay_us > 0 else 0.0, "ranks_log2": ranks * math.log2(nodes),
+            "emu_ranks_log2": ranks * math.log2(nodes) if delay_us > 0 else 0.0}[term]
 
 for design, terms in scale_fit.INIT_MODELS.items():
     med = {}
@@ -49,53 +51,58 @@ for design, terms in scale_fit.INIT_MODELS.items():
         if not (v > 0 and math.isfinite(v)):
             failed.append(f"{design}: projection at {r} ranks is {v}")
 
-# Every figure of scale_fit.MODELS but torch's (which needs more ranks than a node count here gives
-# it), from all its terms at once: the fit recovers each coefficient, the emulator's term among
-# them, and the projection drops that term (a real fabric has no link emulator).
-med = {}
-for k in points:
-    med[k] = {fig: sum(truth[t] * independent_feature(t, k[0], k[1], rtt[k][0] / 1e3, k[2]) for t in terms)
-              for fig, terms in scale_fit.MODELS.items() if fig not in ("torch_last", "init_last")}
-out = io.StringIO()
-with contextlib.redirect_stdout(out):
-    scale_fit.fit_command(med, rtt, "ranks>=512,delay==20")
-for fig, terms in scale_fit.MODELS.items():
-    if fig in ("torch_last", "init_last"):
-        continue
-    block = out.getvalue().split(f"\n{fig} = ", 1)[-1].split("\n\n", 1)[0]
-    for t in terms:
-        if f"{truth[t]:.4g}*{t}" not in block.splitlines()[0]:
-            failed.append(f"{fig}: {truth[t]:.4g}*{t} not in '{block.splitlines()[0]}'")
-    if "held-out error: median 0%, max 0%" not in block:  # the 20 us points: the emulator is on there too
-        failed.append(f"{fig}: held-out points not predicted exactly: {block[-200:]}")
-text = out.getvalue()
-if "(init_own, floor_own, ckpt_commit), held-out points: median error 0%, max 0%" not in text:
-    failed.append("no error line for the ready world from main() and the commit")
-# The root's serial bound: N ids for one NCCL root, one bundle per node for the commit.
-for fig in ("uid_1root", "ckpt_commit"):
-    lines = text.split("projection")[-1].splitlines()
-    at = next(i for i, l in enumerate(lines) if l.strip().startswith(fig + " "))
-    want = scale_fit.project([truth[t] for t in scale_fit.MODELS[fig]], scale_fit.MODELS[fig], 2, 1024, scale_fit.ROOT_SERIAL[fig])
-    if f"{want:10.2f}" not in lines[at + 1] or "root-serial" not in lines[at + 1]:
-        failed.append(f"{fig}: root-serial row '{lines[at + 1]}', want {want:.2f} at 1k")
-# predict: the emulator's term with a link delay, none with a round trip given for a real link.
-for kw, emu_on in (({"delay_us": 50}, True), ({"rtt_us": 130.0}, False)):
-    got = io.StringIO()
-    with contextlib.redirect_stdout(got):
-        scale_fit.predict_command(med, rtt, 768, 24, **kw)
-    want = sum(truth[t] * independent_feature(t, 768, 24, 0.130, 50 if emu_on else 0) for t in scale_fit.MODELS["ckpt_commit"])
-    line = next((l for l in got.getvalue().splitlines() if l.strip().startswith("ckpt_commit")), "")
-    if f"{want:10.1f}" not in line:
-        failed.append(f"predict {kw}: ckpt_commit want {want:.1f}, got '{line}'")
-# A level's wait projects as one rank's share of it per level: coefficient x cores x levels(n).
-got = scale_fit.project([0.05], ("ranks_levels",), 2, 102400)
-if abs(got - 0.05 * 2 * 4 / 1e3) > 1e-12:  # 12,800 nodes: 4 levels of 16
-    failed.append(f"ranks_levels projected to {got} s at 102,400 ranks")
-emu = scale_fit.MODELS["ckpt_commit"]
-with_emu = [truth[t] for t in emu]
-without = [0.0 if t == "emu_ranks_levels" else truth[t] for t in emu]
-if scale_fit.project(with_emu, emu, 2, 10240) != scale_fit.project(without, emu, 2, 10240):
-    failed.append("the link emulator's term is projected to a real cluster")
+# Every figure but torch's (which needs more ranks than a node count here gives it), with either
+# count of rounds behind N ranks, from all its terms at once: the fit recovers each coefficient, the
+# emulator's term among them, and the projection drops that term (a real fabric has no emulator).
+for rank_term in ("log2", "levels"):
+    models = scale_fit.models_for(rank_term)
+    med = {}
+    for k in points:
+        med[k] = {fig: sum(truth[t] * independent_feature(t, k[0], k[1], rtt[k][0] / 1e3, k[2]) for t in terms)
+                  for fig, terms in models.items() if fig not in ("torch_last", "init_last")}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        scale_fit.fit_command(med, rtt, "ranks>=512,delay==20", rank_term=rank_term)
+    for fig, terms in models.items():
+        if fig in ("torch_last", "init_last"):
+            continue
+        block = out.getvalue().split(f"\n{fig} = ", 1)[-1].split("\n\n", 1)[0]
+        for t in terms:
+            if f"{truth[t]:.4g}*{t}" not in block.splitlines()[0]:
+                failed.append(f"{rank_term}: {fig}: {truth[t]:.4g}*{t} not in '{block.splitlines()[0]}'")
+        if "held-out error: median 0%, max 0%" not in block:  # the 20 us points: the emulator is on there too
+            failed.append(f"{rank_term}: {fig}: held-out points not predicted exactly: {block[-200:]}")
+    text = out.getvalue()
+    if "(init_own, floor_own, ckpt_commit), held-out points: median error 0%, max 0%" not in text:
+        failed.append("no error line for the ready world from main() and the commit")
+    # The root's serial bound: N ids for one NCCL root, one bundle per node for the commit.
+    for fig in ("uid_1root", "ckpt_commit"):
+        lines = text.split("projection")[-1].splitlines()
+        at = next(i for i, l in enumerate(lines) if l.strip().startswith(fig + " "))
+        want = scale_fit.project([truth[t] for t in models[fig]], models[fig], 2, 1024, scale_fit.ROOT_SERIAL[fig])
+        if f"{want:10.2f}" not in lines[at + 1] or "root-serial" not in lines[at + 1]:
+            failed.append(f"{rank_term}: {fig}: root-serial row '{lines[at + 1]}', want {want:.2f} at 1k")
+    # predict: the emulator's term with a link delay, none with a round trip given for a real link.
+    for kw, emu_on in (({"delay_us": 50}, True), ({"rtt_us": 130.0}, False)):
+        got = io.StringIO()
+        with contextlib.redirect_stdout(got):
+            scale_fit.predict_command(med, rtt, 768, 24, rank_term=rank_term, **kw)
+        want = sum(truth[t] * independent_feature(t, 768, 24, 0.130, 50 if emu_on else 0) for t in models["ckpt_commit"])
+        line = next((l for l in got.getvalue().splitlines() if l.strip().startswith("ckpt_commit")), "")
+        if f"{want:10.1f}" not in line:
+            failed.append(f"{rank_term}: predict {kw}: ckpt_commit want {want:.1f}, got '{line}'")
+    # A level's wait projects as one rank's share of it per level: coefficient x cores x levels(n).
+    got = scale_fit.project([0.05], ("ranks_levels",), 2, 102400)
+    if abs(got - 0.05 * 2 * 4 / 1e3) > 1e-12:  # 12,800 nodes: 4 levels of 16
+        failed.append(f"{rank_term}: ranks_levels projected to {got} s at 102,400 ranks")
+    got = scale_fit.project([0.05], ("ranks_log2",), 2, 102400)
+    if abs(got - 0.05 * 2 * math.log2(12800) / 1e3) > 1e-12:
+        failed.append(f"ranks_log2 projected to {got} s at 102,400 ranks")
+    emu = models["ckpt_commit"]
+    with_emu = [truth[t] for t in emu]
+    without = [0.0 if t.startswith("emu_") else truth[t] for t in emu]
+    if scale_fit.project(with_emu, emu, 2, 10240) != scale_fit.project(without, emu, 2, 10240):
+        failed.append("the link emulator's term is projected to a real cluster")
 
 # The root's serial bound: N blobs for one NCCL root, one bundle per node (8 ranks each) for the commit.
 for what, want in (("ranks", 10.24), ("nodes", 1.28)):
