@@ -137,7 +137,7 @@ def main():
                     help="the link delay scale.sh's cluster.sh sets (default 0); the round trip is the data's at "
                          "that delay, interpolated between measured delays")
     at.add_argument("--rtt-us", type=float, default=None, help="the node-to-node round trip, as scale.sh records it, of links without cluster.sh's delay "
-                         "(its emulator's own cost, the term emu_ranks_levels, comes only with --delay-us)")
+                         "(its emulator's own cost, the emu_* terms, comes only with --delay-us)")
     p.add_argument("--holdout", default="", help="points left out of the fit (as for fit); default none")
     p.add_argument("--init-model", choices=("tail", "grow"), default="tail")
     p.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)

@@ -95,14 +95,18 @@ for rank_term in ("log2", "levels"):
     got = scale_fit.project([0.05], ("ranks_levels",), 2, 102400)
     if abs(got - 0.05 * 2 * 4 / 1e3) > 1e-12:  # 12,800 nodes: 4 levels of 16
         failed.append(f"{rank_term}: ranks_levels projected to {got} s at 102,400 ranks")
-    got = scale_fit.project([0.05], ("ranks_log2",), 2, 102400)
-    if abs(got - 0.05 * 2 * math.log2(12800) / 1e3) > 1e-12:
-        failed.append(f"ranks_log2 projected to {got} s at 102,400 ranks")
     emu = models["ckpt_commit"]
     with_emu = [truth[t] for t in emu]
     without = [0.0 if t.startswith("emu_") else truth[t] for t in emu]
     if scale_fit.project(with_emu, emu, 2, 10240) != scale_fit.project(without, emu, 2, 10240):
         failed.append("the link emulator's term is projected to a real cluster")
+
+got = scale_fit.project([0.05], ("ranks_log2",), 2, 102400)
+if abs(got - 0.05 * 2 * math.log2(12800) / 1e3) > 1e-12:
+    failed.append(f"ranks_log2 projected to {got} s at 102,400 ranks")
+# log2(n) rounds are the default, in the library and on the command line (docs/scale.md "Fourth check").
+if scale_fit.MODELS != scale_fit.models_for("log2") or "ranks_log2" not in scale_fit.MODELS["init_own"]:
+    failed.append(f"scale_fit.MODELS is not the log2 rounds: {scale_fit.MODELS['init_own']}")
 
 # The root's serial bound: N blobs for one NCCL root, one bundle per node (8 ranks each) for the commit.
 for what, want in (("ranks", 10.24), ("nodes", 1.28)):
@@ -188,6 +192,8 @@ with tempfile.TemporaryDirectory() as tmp:
     run = subprocess.run([sys.executable, str(model), "fit", f"{tmp}/fit.tsv", "--check", f"{tmp}/check.tsv"],
                          capture_output=True, text=True)
     held = [l for l in run.stdout.splitlines() if l.startswith("  held out")]
+    if "rounds behind N ranks: log2" not in run.stdout:
+        failed.append("fit's default rounds are not log2")
     if run.returncode != 0 or len(held) != len(check_keys) or any("  1024 ranks" not in l for l in held) \
             or f"held-out error: median 0%, max 0% over {len(check_keys)} points" not in run.stdout:
         failed.append(f"fit --check: rc {run.returncode}, {len(held)} held-out lines: {run.stdout[-300:]}{run.stderr[-300:]}")
