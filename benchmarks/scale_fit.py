@@ -36,7 +36,7 @@ TREE_WIDTH = 16  # Slurm's default from 23.11 (scale.sh sets min(16, nodes) per 
 
 # figure -> terms. Which terms each step has is a statement about its design, tested by the fit.
 # A step that climbs Slurm's tree (a fence, or a fence before it: every warm step and each cold
-# figure from the slowest rank's own main(), `_own`) has the ranks_levels term too.
+# figure from the slowest rank's own main(), `_own`) has a rounds term too (models_for picks which).
 TREE_STEP = ("const", "ranks", "nodes", "ranks_levels", "emu_ranks_levels", "tree_rtt")
 LEVEL_MODELS = {
     "floor_last": ("const", "ranks", "nodes", "tree_rtt"),      # bare PMIx_Init + data-free fence
@@ -303,6 +303,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
     # The goal's figures, in two groups: from the slowest rank's own main() (and the commit, a warm
     # step), which a user waits for; and from the last rank's main(), start-up's tail alone.
     groups = {("init_own", "floor_own", "ckpt_commit"): [], ("init_last", "floor_last"): []}
+    labels = {"init_own": "ready world from the slowest rank's main(), and commit", "init_last": "start-up's tail"}
     fitted = {}
     for fig, (terms, coef, train, test) in fit_models(med, rtt_ms, hold, init_model, rank_term).items():
         if coef is None:
@@ -337,8 +338,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
                 errors += errs
     for figs, errors in groups.items():
         if errors:
-            print(f"\n{'ready world from the slowest rank' + chr(39) + 's main(), and commit' if 'init_own' in figs else 'start-up' + chr(39) + 's tail'}"
-                  f" ({', '.join(figs)}), held-out points: median error {statistics.median(errors):.0%}, "
+            print(f"\n{labels[figs[0]]} ({', '.join(figs)}), held-out points: median error {statistics.median(errors):.0%}, "
                   f"max {max(errors):.0%} (goal <= 25%)")
     print(f"\nprojection to a real cluster ({REAL_RANKS_PER_NODE} ranks per node, a core per rank, rtt "
           f"{REAL_RTT_MS * 1e3:.0f} us, {REAL_HOP_MS} ms of PMIx server work per tree level; this machine: "
