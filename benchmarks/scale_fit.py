@@ -282,6 +282,24 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
     return 0
 
 
+def loo_command(med, rtt, init_model="tail", rank_term="log2"):
+    """Leave-one-out: each point predicted by the fit on all the others, per figure (how the rounds
+    term was chosen, docs/scale.md "Fourth check")."""
+    rtt_ms = round_trips_ms(rtt)
+    keys = sorted(k for k in med if k in rtt_ms)
+    print(f"leave-one-out over {len(keys)} points; rounds behind N ranks: {rank_term}; init_last: the '{init_model}' design")
+    errors = {}
+    for key in keys:
+        for fig, (terms, coef, _, test) in fit_models(med, rtt_ms, lambda k: k == key, init_model, rank_term).items():
+            for k, y in test if coef else ():
+                errors.setdefault(fig, []).append((abs(predict(coef, terms, k[0], k[1], rtt_ms[k], k[2]) - y) / y, k))
+    for fig, errs in errors.items():
+        worst = max(errs)
+        print(f"{fig:>14}: median {statistics.median(e for e, _ in errs):.0%}, max {worst[0]:.0%} "
+              f"({worst[1][0]}/{worst[1][1]}/{worst[1][2]} us) over {len(errs)} points")
+    return 0
+
+
 def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, checked=frozenset(), rank_term="log2"):
     """`checked`: points of another run (scale_model.py fit --check), held out whatever `holdout` says."""
     by_spec = held_out(holdout)

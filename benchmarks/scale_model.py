@@ -6,6 +6,9 @@
                                         fits the model on the points not held out, states its error
                                         on the held-out ones (and on every point of the --check
                                         runs), projects to 1k/10k/100k ranks
+  scale_model.py loo RAW.tsv... [--rank-term log2|levels]
+                                        each point predicted by the fit on all the others (leave-one-
+                                        out), per figure: median and largest error
   scale_model.py predict RAW.tsv... --ranks N --nodes n [--delay-us D | --rtt-us R] [--holdout SPEC]
                                         every figure at a configuration (measured or not) of this kind
                                         of machine, from the fit on the recorded points not held out
@@ -17,7 +20,7 @@ import collections
 import statistics
 import sys
 
-from scale_fit import fit_command, predict_command
+from scale_fit import fit_command, loo_command, predict_command
 
 
 def read_raw(paths):
@@ -128,6 +131,10 @@ def main():
                    help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
                         "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
                         "default %(default)s")
+    lo = sub.add_parser("loo")
+    lo.add_argument("raw", nargs="+")
+    lo.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
+    lo.add_argument("--init-model", choices=("tail", "grow"), default="tail")
     p = sub.add_parser("predict")
     p.add_argument("raw", nargs="+")
     p.add_argument("--ranks", type=int, required=True)
@@ -144,6 +151,9 @@ def main():
     args = ap.parse_args()
     if args.cmd == "summary":
         summary(args.raw)
+    elif args.cmd == "loo":
+        figures, rtt, _ = read_raw(args.raw)
+        sys.exit(loo_command(medians(figures), rtt, init_model=args.init_model, rank_term=args.rank_term))
     elif args.cmd == "predict":
         figures, rtt, _ = read_raw(args.raw)
         sys.exit(predict_command(medians(figures), rtt, args.ranks, args.nodes, delay_us=args.delay_us,

@@ -101,6 +101,13 @@ for rank_term in ("log2", "levels"):
     if scale_fit.project(with_emu, emu, 2, 10240) != scale_fit.project(without, emu, 2, 10240):
         failed.append("the link emulator's term is projected to a real cluster")
 
+# Leave-one-out on figures made from the terms: every point predicted exactly by the others.
+got = io.StringIO()
+with contextlib.redirect_stdout(got):
+    scale_fit.loo_command(med, rtt, rank_term="levels")
+loo = [l for l in got.getvalue().splitlines() if "median" in l]
+if len(loo) < 7 or any("median 0%, max 0%" not in l for l in loo):
+    failed.append(f"leave-one-out on exact figures: {loo}")
 got = scale_fit.project([0.05], ("ranks_log2",), 2, 102400)
 if abs(got - 0.05 * 2 * math.log2(12800) / 1e3) > 1e-12:
     failed.append(f"ranks_log2 projected to {got} s at 102,400 ranks")
