@@ -131,6 +131,11 @@ def predict(coef, terms, ranks, nodes, rtt_ms, delay_us=0):
     return sum(c * feature(t, ranks, nodes, rtt_ms, delay_us) for c, t in zip(coef, terms))
 
 
+def relative_error(coef, terms, key, y, rtt_ms):
+    """|model - measured| / measured at the point `key` (ranks, nodes, delay), its round trip from `rtt_ms`."""
+    return abs(predict(coef, terms, key[0], key[1], rtt_ms[key], key[2]) - y) / y
+
+
 def held_out(spec):
     """'nodes>=16,ranks>=1024' -> a predicate true for points any condition names."""
     conds = []
@@ -276,7 +281,7 @@ def predict_command(med, rtt, ranks, nodes, delay_us=None, rtt_us=None, holdout=
         if coef is None:
             print(f"{fig:>14} {'-':>10}  {len(train)} points for {len(terms)} terms: not fitted")
             continue
-        errs = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k], k[2]) - y) / y for k, y in train]
+        errs = [relative_error(coef, terms, k, y, rtt_ms) for k, y in train]
         print(f"{fig:>14} {predict(coef, terms, ranks, nodes, at, delay_us or 0):10.1f}  {len(train)} points, "
               f"{statistics.median(errs):.0%}, " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)))
     return 0
@@ -292,7 +297,7 @@ def loo_command(med, rtt, init_model="tail", rank_term="log2"):
     for key in keys:
         for fig, (terms, coef, _, test) in fit_models(med, rtt_ms, lambda k: k == key, init_model, rank_term).items():
             for k, y in test if coef else ():
-                errors.setdefault(fig, []).append((abs(predict(coef, terms, k[0], k[1], rtt_ms[k], k[2]) - y) / y, k))
+                errors.setdefault(fig, []).append((relative_error(coef, terms, k, y, rtt_ms), k))
     for fig, errs in errors.items():
         worst = max(errs)
         print(f"{fig:>14}: median {statistics.median(e for e, _ in errs):.0%}, max {worst[0]:.0%} "
@@ -328,7 +333,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
             print(f"\n{fig}: {len(train)} points to fit {len(terms)} terms: not fitted")
             continue
         fitted[fig] = (terms, coef)
-        fit_err = [abs(predict(coef, terms, k[0], k[1], rtt_ms[k], k[2]) - y) / y for k, y in train]
+        fit_err = [relative_error(coef, terms, k, y, rtt_ms) for k, y in train]
         print(f"\n{fig} = " + " + ".join(f"{c:.4g}*{t}" for c, t in zip(coef, terms)) + "  (ms; rtt in ms)")
         print(f"  fitted on {len(train)} points: median error {statistics.median(fit_err):.0%}, max {max(fit_err):.0%}")
         if not test:
@@ -337,7 +342,7 @@ def fit_command(med, rtt, holdout, cores_here=2, init_model="tail", runs=None, c
         errs, spreads, inside = [], [], 0
         for k, y in sorted(test):
             p = predict(coef, terms, k[0], k[1], rtt_ms[k], k[2])
-            errs.append(abs(p - y) / y)
+            errs.append(abs(p - y) / y)  # p is printed too
             line = (f"  held out {k[0]:6d} ranks {k[1]:3d} nodes {k[2]:4d} us (rtt {rtt_ms[k] * 1e3:4.0f} us): "
                     f"measured {y:9.1f} ms, model {p:9.1f} ms, error {errs[-1]:.0%}")
             band = median_interval(runs[k][fig]) if runs else None

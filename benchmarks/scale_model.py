@@ -114,9 +114,19 @@ def messages(figures):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    # The model's choices, the same for every command that fits it (fit, loo, predict).
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--rank-term", choices=("log2", "levels"), default="log2",
+                       help="the rounds a step waits behind N ranks: log2 (N x log2(n), the default since the fourth "
+                            "check) or levels (N x levels(n) of Slurm's 16-wide tree: the eighth run's fit and its "
+                            "first three checks)")
+    model.add_argument("--init-model", choices=("tail", "grow"), default="tail",
+                       help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
+                            "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
+                            "default %(default)s")
     s = sub.add_parser("summary")
     s.add_argument("raw", nargs="+")
-    f = sub.add_parser("fit")
+    f = sub.add_parser("fit", parents=[model])
     f.add_argument("raw", nargs="+")
     f.add_argument("--holdout", default=None,
                    help="points the fit never sees: a comma list of conditions that each hold out points "
@@ -124,18 +134,9 @@ def main():
     f.add_argument("--check", action="append", default=[], metavar="RAW",
                    help="a run of configurations the fitted runs do not hold (scale.sh raw.tsv; give --check again for "
                         "more): the fit never sees them, and states its error on each")
-    rank_help = ("the rounds a step waits behind N ranks: log2 (N x log2(n), the default since the fourth check) or "
-                 "levels (N x levels(n) of Slurm's 16-wide tree: the eighth run's fit and its first three checks)")
-    f.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
-    f.add_argument("--init-model", choices=("tail", "grow"), default="tail",
-                   help="init_last's terms: tail (the library since 2026-11-26 22:00: const + ranks per node + "
-                        "a round trip) or grow (the libraries before: const + ranks + nodes + tree round trips); "
-                        "default %(default)s")
-    lo = sub.add_parser("loo")
+    lo = sub.add_parser("loo", parents=[model])
     lo.add_argument("raw", nargs="+")
-    lo.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
-    lo.add_argument("--init-model", choices=("tail", "grow"), default="tail")
-    p = sub.add_parser("predict")
+    p = sub.add_parser("predict", parents=[model])
     p.add_argument("raw", nargs="+")
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--nodes", type=int, required=True)
@@ -146,8 +147,6 @@ def main():
     at.add_argument("--rtt-us", type=float, default=None, help="the node-to-node round trip, as scale.sh records it, of links without cluster.sh's delay "
                          "(its emulator's own cost, the emu_* terms, comes only with --delay-us)")
     p.add_argument("--holdout", default="", help="points left out of the fit (as for fit); default none")
-    p.add_argument("--init-model", choices=("tail", "grow"), default="tail")
-    p.add_argument("--rank-term", choices=("log2", "levels"), default="log2", help=rank_help)
     args = ap.parse_args()
     if args.cmd == "summary":
         summary(args.raw)
