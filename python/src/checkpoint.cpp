@@ -167,32 +167,8 @@ class PyManager final : public World::SessionUser {
 
   // The last save()'s outcome once it is committed on every rank (None when none is pending),
   // without waiting for old steps' removal as wait() does: what save() needs of its predecessor.
-  nb::object finish() {
-    refuse_after_peer_failure();
-    std::optional<ckpt::SaveResult> r;
-    {
-      nb::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      refuse_locked();
-      if (pending_) r = finish_pending();
-    }
-    if (!r) return nb::none();
-    return save_result(*r);
-  }
-
-  nb::object wait() {
-    refuse_after_peer_failure();
-    std::optional<ckpt::SaveResult> r;
-    {
-      nb::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      refuse_locked();
-      if (pending_) r = finish_pending();
-      manager_->wait_idle();
-    }
-    if (!r) return nb::none();
-    return save_result(*r);
-  }
+  nb::object finish() { return settle(false); }
+  nb::object wait() { return settle(true); }
 
   // wait(), made by every rank at once (ckpt::wait_with_peers): a rank that died raises its
   // PeerError here at once, where the commit's own agreement waits until the session's timeout.
@@ -277,7 +253,6 @@ class PyManager final : public World::SessionUser {
     std::vector<std::uint8_t> blob;
   };
 
-
   std::vector<std::uint8_t>& blob(const std::string& name) {
     auto it = blobs_.find(name);
     if (it == blobs_.end()) throw UsageError(fmt::format("no blob '{}' is registered", name), "checkpoint");
@@ -322,6 +297,22 @@ class PyManager final : public World::SessionUser {
     peers_failed_ = true;
     pending_.reset();
     world_.leave_runtime_at_exit();
+  }
+
+  // finish() and wait(): the pending save's result (None when there is none); wait() also waits
+  // until the Manager's writer is idle.
+  nb::object settle(bool until_idle) {
+    refuse_after_peer_failure();
+    std::optional<ckpt::SaveResult> r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      refuse_locked();
+      if (pending_) r = finish_pending();
+      if (until_idle) manager_->wait_idle();
+    }
+    if (!r) return nb::none();
+    return save_result(*r);
   }
 
   ckpt::SaveResult finish_pending() {

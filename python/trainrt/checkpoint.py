@@ -24,6 +24,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from . import _dtensor, _trainrt, _as_dlpack_ready, init, is_initialized, world as _world
 from ._optimizer_state import materialize_optimizer_state as _materialize_optimizer_state
 from ._save_future import SaveFuture, SaveResult
+from ._state_tree import assign as _assign, get as _get, is_tensor as _is_tensor, jsonable as _jsonable, key as _key, \
+    set_at as _set, walk as _walk
 from ._trainrt import CheckpointError, Error, UsageError
 
 __all__ = ["Manager", "Shard", "SaveFuture", "SaveResult", "VerifyReport", "verify", "stop_requested",
@@ -104,34 +106,6 @@ def _path(p: Any) -> str:
         raise UsageError(f"checkpoint: the directory {p!r} is not valid UTF-8 (bytes that are not UTF-8 cannot reach "
                          "the runtime); rename it") from None
     return p
-
-
-def _is_tensor(v: Any) -> bool:
-    return hasattr(v, "__dlpack__") or hasattr(v, "__array_interface__")
-
-
-def _walk(obj: Any, path: Tuple[Any, ...]):
-    """Leaves of nested dicts/lists/tuples (an optimizer's state_dict), with their paths."""
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            yield from _walk(v, path + (k,))
-    elif isinstance(obj, (list, tuple)) and any(_is_tensor(x) or isinstance(x, (Mapping, list, tuple)) for x in obj):
-        for i, v in enumerate(obj):
-            yield from _walk(v, path + (i,))
-    else:
-        yield path, obj
-
-
-def _key(path: Tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in path)
-
-
-def _jsonable(v: Any) -> bool:
-    try:
-        json.dumps(v, allow_nan=True)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 class Manager:
@@ -466,23 +440,6 @@ def _step(step: Any) -> int:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise UsageError(f"checkpoint: step must be an int >= 0, got {step!r}")
     return step
-
-
-def _get(obj: Any, path: Tuple[Any, ...]) -> Any:
-    for p in path:
-        obj = obj[p]
-    return obj
-
-
-def _set(obj: Any, path: Tuple[Any, ...], value: Any) -> None:
-    _assign(_get(obj, path[:-1]), path[-1], value)
-
-
-def _assign(container: Any, key: Any, value: Any) -> None:
-    old = container[key]
-    if isinstance(old, tuple) and isinstance(value, list):
-        value = tuple(value)  # JSON has no tuples (Adam's betas)
-    container[key] = value
 
 
 def verify(directory: "str | bytes | os.PathLike", step: Optional[int] = None) -> VerifyReport:
