@@ -28,7 +28,8 @@
 #   environment), not its ring (the default); needs a TreeWidth no larger than the step's nodes.
 # A plan FILE holds "ranks nodes delay_us [reps]" lines (reps: default --reps). The default plan is
 # what docs/scale.md reports (see the plan below). Run as root after building (ninja scale_bench
-# link_delay). Memory: ~2.2 MB per trainrt rank, up to ~220 MB per torch rank (docs/scale.md).
+# link_delay train_runtime trainrt-topo; the last two for cluster.sh). Memory: ~3 MB per trainrt
+# rank, 240-585 MB RSS per torch rank (250 MB each is reserved before a torch point; docs/scale.md).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${TRAINRT_BUILD_DIR:-$repo/build}
@@ -83,7 +84,7 @@ case $plan in
     points+=("64 8 0 3" "128 8 0 3" "512 8 0 3" "128 16 0 3" "512 16 0 3" "1024 16 0 3")
     points+=("64 4 100 3" "128 4 100 3" "256 8 100 3" "256 16 100 3" "128 4 20 3" "256 8 20 3" "512 16 20 3") ;;
   default)
-    # What docs/scale.md reports (~12 min here): 64..1,024 ranks on 16 nodes, 64 and 2,048 on 32,
+    # What docs/scale.md reports (~13 min here): 64..1,024 ranks on 16 nodes, 64 and 2,048 on 32,
     # 256 ranks on 1..8 nodes, 16 and 32 ranks where torch runs too, link delays 20 and 100 us.
     points=("64 16 0 $reps" "256 16 0 $reps" "1024 16 0 1" "64 32 0 $reps" "2048 32 0 1")
     for n in 1 2 4 8; do points+=("256 $n 0 1"); done
