@@ -81,10 +81,13 @@ missing=$(for w in $want; do grep -qw -- "$w" <<<"$got" || echo "$w"; done)
 if [[ -z $missing ]]; then pass "the GPU run builds first: $got"
 else fail "gpu-targets misses: $missing" "$got"; fi
 topo=$work/build/topology/trainrt-topo
-if [[ -x $topo ]] && ldd "$topo" | grep -q "libhwloc.so.15 => $work/prefix/" && ldd "$topo" | grep -q "libpugixml.so.1 => $work/prefix/" &&
+# ldd's output is read whole first: `ldd | grep -q` under pipefail fails whenever grep's early exit
+# gets ldd a SIGPIPE (it did once in CI, with both libraries found in the prefix).
+libs=$(ldd "$topo" 2>&1)
+if [[ -x $topo ]] && grep -q "libhwloc.so.15 => $work/prefix/" <<<"$libs" && grep -q "libpugixml.so.1 => $work/prefix/" <<<"$libs" &&
    "$topo" --help >/dev/null 2>&1; then
   pass "trainrt-topo loads libhwloc and libpugixml from the prefix and runs"
-else fail "trainrt-topo from the prefix" "$(ldd "$topo" 2>&1 | grep -E 'hwloc|pugixml|fmt|not found')"; fi
+else fail "trainrt-topo from the prefix" "$(grep -E 'hwloc|pugixml|fmt|not found' <<<"$libs")"; fi
 
 # 4. the carried set is complete
 out=$(python3 "$repo/tests/gpu_check/carried_deps.py" "$work/build" "$work/prefix" "$repo" 2>&1); rc=$?
