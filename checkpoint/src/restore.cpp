@@ -23,6 +23,16 @@ namespace {
 // Whether every sharded tensor this job registers sits in the step exactly as it would be
 // loaded: same world size and every rank's chunk the one it saved. Then each rank reads its own
 // shard as it always did; otherwise the chunks are resharded. The same answer on every rank.
+// "find 0.002 s, check 0.001 s, read 0.700 s, install 0.109 s"; a phase of a step that failed
+// before `restored` names it: "read of step 50 0.310 s".
+std::string phases_text(const std::vector<RestorePhase>& phases, std::int64_t restored) {
+  std::string t;
+  for (const auto& p : phases)
+    t += fmt::format("{}{}{} {:.3f} s", t.empty() ? "" : ", ", p.name,
+                     p.step < 0 || p.step == restored ? "" : fmt::format(" of step {}", p.step), p.seconds);
+  return t;
+}
+
 bool same_layout(const format::Manifest& m, const std::vector<format::TensorRecord>& wanted, unsigned world) {
   if (m.world_size != world) return false;
   for (const auto& w : wanted) {
@@ -217,6 +227,13 @@ bool Manager::Impl::loads_in_place() const {
 
 std::int64_t Manager::Impl::restore() {
   const auto t0 = Clock::now();
+  auto last = t0;
+  // Ends the phase that began where the one before it ended (RestorePhase): they tile the call.
+  auto lap = [&](const char* name, std::int64_t step) {
+    const auto now = Clock::now();
+    report.phases.push_back({name, step, std::chrono::duration<double>(now - last).count()});
+    last = now;
+  };
   join();
   ensure_tier();
   report = RestoreReport{};
@@ -247,15 +264,17 @@ std::int64_t Manager::Impl::restore() {
     for (const auto& note : held.notes) log("memory tier: " + note);
   std::set<std::uint64_t, std::greater<>> steps(disk.begin(), disk.end());
   for (const auto& [step, nodes] : held.steps) steps.insert(step);
+  lap("find", -1);
   std::string overwritten_by;  // a step that failed after it was read into the registered buffers
   auto done = [&](std::uint64_t step, Candidate& c, const char* source) {
     finish(c);
+    lap("install", static_cast<std::int64_t>(step));
     report.step = static_cast<std::int64_t>(step);
     report.source = source;
-    report.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s{})", step,
+    report.seconds = std::chrono::duration<double>(last - t0).count();
+    log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s: {}{})", step,
                     report.source == "memory" ? "the memory tier" : "the checkpoint directory", session.rank(), report.seconds,
-                    report.source == "memory"
+                    phases_text(report.phases, report.step), report.source == "memory"
                         ? fmt::format(": this rank read {} shard(s) from its node, {} copied from another node; the "
                                       "job copied {} shard(s), {} bytes, between nodes{}",
                                       report.local_copies, report.moved_copies, report.job_moved_copies,
@@ -272,6 +291,7 @@ std::int64_t Manager::Impl::restore() {
       Candidate c;
       bool touched = false;
       std::string why = restore_from_memory(step, held, c, wanted, touched);
+      lap("memory tier", static_cast<std::int64_t>(step));
       if (why.empty()) return done(step, c, "memory");
       if (touched && loads_in_place()) overwritten_by = fmt::format("step {} from memory ({})", step, why);
       const std::string next = disk.count(step) ? "the checkpoint directory's copy of it" : "an older step";
@@ -289,11 +309,17 @@ std::int64_t Manager::Impl::restore() {
       return agree(why);
     };
     Candidate c;
+    const auto at = static_cast<std::int64_t>(step);
     std::string reasons = attempt([&] { return check(root, step, c, wanted); });
+    lap("check", at);
     if (reasons.empty()) {
       reasons = attempt([&] { return load(c, wanted); });
+      lap("read", at);
       // The content, whatever the layout: never train on state that does not match what was saved.
-      if (reasons.empty() && c.manifest.format >= 2 && !wanted.empty()) reasons = check_fingerprints(c, wanted);
+      if (reasons.empty() && c.manifest.format >= 2 && !wanted.empty()) {
+        reasons = check_fingerprints(c, wanted);
+        lap("fingerprint", at);
+      }
       if (!reasons.empty() && loads_in_place()) overwritten_by = fmt::format("step {} ({})", step, reasons);
     }
     if (!reasons.empty()) {

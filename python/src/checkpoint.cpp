@@ -222,6 +222,37 @@ class PyManager final : public World::SessionUser {
   }
 
   ckpt::Metadata restored_metadata() const { return manager_->restored_metadata(); }
+
+  // The last restore()'s report as a dict (trainrt.checkpoint.Manager.last_restore); copied under
+  // the lock, without the GIL, so a restore running on another thread is never read half-written.
+  nb::dict last_restore() {
+    ckpt::RestoreReport r;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard lock(mutex_);
+      r = manager_->last_restore();
+    }
+    nb::list phases;
+    for (const auto& p : r.phases) {
+      nb::dict d;
+      d["phase"] = p.name;
+      d["step"] = p.step < 0 ? nb::none() : nb::int_(p.step);
+      d["seconds"] = p.seconds;
+      phases.append(d);
+    }
+    nb::dict d;
+    d["step"] = r.step < 0 ? nb::none() : nb::int_(r.step);
+    d["source"] = r.source.empty() ? nb::none() : nb::str(r.source.c_str());
+    d["seconds"] = r.seconds;
+    d["phases"] = phases;
+    d["fallbacks"] = r.fallbacks;
+    d["local_copies"] = r.local_copies;
+    d["moved_copies"] = r.moved_copies;
+    d["job_moved_copies"] = r.job_moved_copies;
+    d["job_moved_bytes"] = r.job_moved_bytes;
+    d["job_rebuilt_shards"] = r.job_rebuilt_shards;
+    return d;
+  }
   std::string directory() const { return manager_->directory(); }
 
   [[noreturn]] void save_and_exit(std::uint64_t step, const ckpt::Metadata& metadata) {
@@ -397,6 +428,7 @@ void bind_checkpoint(nb::module_& m) {
       .def("finish", &PyManager::finish)
       .def("restore", &PyManager::restore)
       .def_prop_ro("restored_metadata", &PyManager::restored_metadata)
+      .def_prop_ro("last_restore", &PyManager::last_restore)
       .def_prop_ro("directory", &PyManager::directory)
       .def("save_and_exit", &PyManager::save_and_exit, nb::arg("step"), nb::arg("metadata"));
 

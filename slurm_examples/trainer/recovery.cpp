@@ -59,6 +59,8 @@ std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double 
                  {"bootstrap_s", t.init_done - s.launched_at},
                  {"restore_s", t.restore_done - t.init_done},
                  {"first_step_s", first_step_done - t.restore_done}};
+  json restore_phases = json::array();
+  for (const auto& p : t.restore_phases) restore_phases.push_back({{"phase", p.name}, {"step", p.step}, {"s", p.seconds}});
   json e = {{"event", "recovery"},
             {"wall", first_step_done},
             {"total_s", first_step_done - s.failed_at},
@@ -71,6 +73,7 @@ std::string recovery_event(const ScriptTimes& s, const RecoveryTimes& t, double 
             {"restore_source", t.source},
             {"moved_copies", t.moved_copies},
             {"fallbacks", t.fallbacks},
+            {"restore_phases", restore_phases},
             {"no_step_left", no_step_left},
             {"times", {{"failed_at", s.failed_at}, {"detected_at", s.detected_at}, {"verdict_at", s.verdict_at},
                        {"launched_at", s.launched_at}, {"process_start", t.process_start}, {"init_done", t.init_done},

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "trainrt/checkpoint/manager.hpp"
 
 namespace train_mlp {
 
@@ -20,6 +23,8 @@ struct RecoveryTimes {
   std::string source;        // "memory", "disk" or "" (fresh start)
   unsigned moved_copies = 0;  // shards copied between nodes before the restore (a spare's come from buddies)
   std::string fallbacks;     // why a newer step or a faster tier was not used ("" when none)
+  // Rank 0's restore() by phase; restore_s less their sum is rank 0 waiting for the other ranks.
+  std::vector<trainrt::checkpoint::RestorePhase> restore_phases;
 };
 
 // The script's part, from the environment; nullopt when this step is not a recovery (the first

@@ -417,6 +417,7 @@ int train(const Options& o) {
   times.source = restored.source;
   if (restored.source == "disk" && restored.step >= 0) trainer.directory_holds(static_cast<std::uint64_t>(restored.step));
   times.moved_copies = restored.job_moved_copies;
+  times.restore_phases = restored.phases;
   for (const auto& f : restored.fallbacks) times.fallbacks += (times.fallbacks.empty() ? "" : "; ") + f;
   // A step after a failure: the batch script's times and ours make one recovery line, after the
   // first step (that is when the job is training again).

@@ -13,8 +13,10 @@ run() { "$mpirun" --allow-run-as-root --oversubscribe -np "$@"; }
 check() {  # check NAME EXPECTED_COUNT OUTPUT
   local name=$1 want=$2 out=$3 got
   got=$(grep -c "^CONTENT ok" <<<"$out")
-  if [[ $got -eq $want ]] && ! grep -q "^RESTORED -1\|ERROR" <<<"$out" && [[ $(grep -c "^RESTORED 2" <<<"$out") -eq $want ]]; then
-    echo "PASS $name: $got ranks restored step 2, every byte as saved"
+  # Sharded state's restore ends with its content checked against the manifest's fingerprints.
+  if [[ $got -eq $want ]] && ! grep -q "^RESTORED -1\|ERROR" <<<"$out" && [[ $(grep -c "^RESTORED 2" <<<"$out") -eq $want ]] &&
+    [[ $(grep -c "^PHASES find,check,read,fingerprint,install$" <<<"$out") -eq $want ]]; then
+    echo "PASS $name: $got ranks restored step 2, every byte as saved, its fingerprints checked"
   else
     echo "FAIL $name: $got of $want ranks ok"; echo "$out" | tail -20; fail=1
   fi

@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
     }
     const std::int64_t got = mgr.restore();
     fmt::print("RESTORED {}\n", got);
+    std::string phases;
+    for (const auto& p : mgr.last_restore().phases) phases += (phases.empty() ? "" : ",") + p.name;
+    fmt::print("PHASES {}\n", phases);
     if (got < 0) return 0;
     if (mode == "resave") {
       mgr.save(std::stoull(argv[3])).get();

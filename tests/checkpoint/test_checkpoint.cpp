@@ -89,6 +89,33 @@ void flip_a_bit(const std::string& path, std::streamoff at) {
   s.write(&c, 1);
 }
 
+TEST_CASE("restore says where its time went: phases that tile the call, a failed step's included", "[checkpoint]") {
+  Fixture f;
+  f.save(2);
+  f.save(3);
+  flip_a_bit(f.shard(3), 8192);
+  f.set(99);
+  REQUIRE(f.mgr->restore() == 2);
+  const auto& r = f.mgr->last_restore();
+  std::vector<std::string> seen;
+  double sum = 0;
+  for (const auto& p : r.phases) {
+    seen.push_back(fmt::format("{} {}", p.name, p.step));
+    CHECK(p.seconds >= 0);
+    sum += p.seconds;
+  }
+  // Step 3 is checked and read (its checksum fails there), then step 2 is checked, read, installed.
+  CHECK(seen == std::vector<std::string>{"find -1", "check 3", "read 3", "check 2", "read 2", "install 2"});
+  CHECK(r.seconds > 0);
+  CHECK(sum == Approx(r.seconds).epsilon(1e-9));
+  CHECK(f.logged("read of step 3 "));
+  CHECK(f.logged(", check "));
+  CHECK(f.logged(", install "));
+  // A later restore starts a new account.
+  REQUIRE(f.mgr->restore() == 2);
+  CHECK(f.mgr->last_restore().phases.size() == 6);
+}
+
 TEST_CASE("a corrupt only step: in-place restore refuses to pretend the buffers are fresh", "[checkpoint]") {
   SECTION("in place (default): the error names the step, the entry and what to do") {
     Fixture f;

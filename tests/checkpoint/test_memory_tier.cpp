@@ -119,6 +119,9 @@ TEST_CASE("a snapshot restores from memory, without the checkpoint directory", "
   CHECK(t.mgr->last_restore().local_copies == 1);
   CHECK(t.mgr->last_restore().moved_copies == 0);
   CHECK(t.logged("restored step 5 from the memory tier"));
+  std::vector<std::string> phases;
+  for (const auto& p : t.mgr->last_restore().phases) phases.push_back(fmt::format("{} {}", p.name, p.step));
+  CHECK(phases == std::vector<std::string>{"find -1", "memory tier 5", "install 5"});
   // Modes: 0700 at every level, so no other user can read the state.
   for (const std::string& p : {t.base + fmt::format("/trainrt-{}", ::geteuid()), t.node_dir()})
     CHECK((fs::status(p).permissions() & fs::perms::all) == fs::perms::owner_all);

@@ -32,6 +32,7 @@ def test_numpy_round_trip_bitwise_in_place(tmp_path):
     saved = [x.copy() for x in (a, b, raw, flags)]
     with checkpoint.Manager(d) as m:
         assert m.restore() is None and m.restored_metadata == {}
+        assert m.last_restore["step"] is None and m.last_restore["source"] is None, m.last_restore
         for name, x in zip("abrf", (a, b, raw, flags)):
             m.register(name, x)
         m.save(3, {"loss": "0.25", "epoch": 2, "cfg": {"lr": 0.1}})
@@ -47,6 +48,11 @@ def test_numpy_round_trip_bitwise_in_place(tmp_path):
             m.register(name, x)
         assert m.restore() == 3
         assert m.restored_metadata == {"loss": "0.25", "epoch": "2", "cfg": '{"lr": 0.1}'}, m.restored_metadata
+        rep = m.last_restore
+        assert rep["step"] == 3 and rep["source"] == "disk" and rep["fallbacks"] == [], rep
+        assert [(p["phase"], p["step"]) for p in rep["phases"]] == [
+            ("find", None), ("check", 3), ("read", 3), ("install", 3)], rep
+        assert abs(sum(p["seconds"] for p in rep["phases"]) - rep["seconds"]) < 1e-9, rep
     for x, s, p in zip((a, b, raw, flags), saved, ptrs):
         assert x.ctypes.data == p
         assert x.tobytes() == s.tobytes(), "restored bytes differ"

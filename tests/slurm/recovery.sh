@@ -86,12 +86,18 @@ run_case() {  # run_case NAME [command run while frozen...]
   echo "$out" | recovery_lines | sed 's/^/  | /'
   job_tier=$(tier_root)/job-$jobid
 }
-phases() {  # phases EVENT FAULT: the time from the fault to the first step, and the recovery's phases
+phases() {  # phases EVENT FAULT: the time from the fault to the first step, the recovery's phases, rank 0's restore's;
+  # fails unless those restore phases run from find to install within the restore phase
   python3 -c "
 import json, sys
 e = json.loads(sys.argv[1]); k = float(sys.argv[2])
 p = e['phases']; t = e['times']
 print('  | from the %s: %.2f s to the first step (' % (sys.argv[3], t['first_step_done'] - k) + ', '.join('%s %.2f' % (n[:-2], v) for n, v in p.items()) + ')')
+r = e['restore_phases']
+print('  | rank 0\'s restore: ' + ', '.join('%s %.3f' % (x['phase'], x['s']) for x in r))
+# Rank 0's restore phases tile its restore() call, which the restore phase holds.
+names = [x['phase'] for x in r]
+sys.exit(0 if names[:1] == ['find'] and names[-1:] == ['install'] and 0 <= sum(x['s'] for x in r) <= p['restore_s'] + 1e-6 else 1)
 " "$1" "$kill_at" "$2"
 }
 corrupt_buddy_copies() {  # every copy trt-n1 holds of ranks 2 and 3
@@ -110,7 +116,7 @@ if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && [[ -n $restored && $restore
    [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
    grep -q '"restore_source":"memory"' <<<"$event" && grep -q '"kind":"spare"' <<<"$event" && [[ ! -e $job_tier ]]; then
   pass "trt-n2's ranks killed after step $killed_after: trt-n3 took its place (4 ranks), step $restored restored from memory ($moved shards from buddy copies), final params bitwise equal; tier removed at the end"
-  phases "$event" kill
+  phases "$event" kill || fail "spare: rank 0's restore phases do not tile its restore" "event: $event"
 else fail "spare + memory tier" "restored='$restored' moved='$moved' final='$(final <<<"$out")' tier left: $(ls -d "$job_tier" 2>/dev/null)" \
   "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
@@ -134,7 +140,7 @@ if grep -qE "srun heard no end of the tasks on trt-n2, whose slurmd \([0-9.]+:79
    grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -q '"restore_source":"memory"' <<<"$event" &&
    [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out"; then
   pass "trt-n2's link down after step $killed_after: its slurmd did not answer the probe, trt-n3 took its place, restored from memory, final params bitwise equal"
-  phases "$event" "link down"
+  phases "$event" "link down" || fail "link down: rank 0's restore phases do not tile its restore" "event: $event"
 else fail "link down" "event: $event" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
 # ---------------------------------------------------------------- (d) parity instead of buddy copies
@@ -148,7 +154,7 @@ if grep -q "replacing trt-n2 -> trt-n3" <<<"$out" && grep -qE "step [0-9]+: 2 sh
    grep -q '"restore_source":"memory"' <<<"$event" && [[ $(final <<<"$out") == "$ref" ]] && grep -q '^training finished' <<<"$out" &&
    [[ ! -e $job_tier ]]; then
   pass "parity instead of buddy copies: trt-n2's ranks killed after step $killed_after, trt-n3 rebuilt their shards from parity, final params bitwise equal; tier removed at the end"
-  phases "$event" kill
+  phases "$event" kill || fail "parity: rank 0's restore phases do not tile its restore" "event: $event"
 else fail "parity" "event: $event" "tier left: $(ls -d "$job_tier" 2>/dev/null)" "$(grep -vE '^step ' <<<"$out" | tail -30)"; fi
 
 # ---------------------------------------------------------------- (e) the spare lost too

@@ -80,7 +80,22 @@ struct SaveResult {
   double memory_seconds = 0;  // writing the tier copy, agreeing, the buddy copies (background)
 };
 
-// What the last restore() did: the step, where it came from, and every fallback with its reason.
+// One part of a restore() call. Each begins where the one before it ended, so in order they add up
+// to RestoreReport::seconds. name: "find" (waiting for a save in flight, listing the directory and
+// the memory tier, every rank's view exchanged), "memory tier" (a step from the tiers: copies
+// between nodes and parity included), "check" (the step's manifest and shard headers against what
+// this job registered), "read" (the shards read and their checksums verified; sharded state moved
+// between ranks), "fingerprint" (sharded tensors' content against the manifest), "install" (staging
+// into the registered buffers: the host-to-device copies). Every phase but find names its step; a
+// phase of a step that failed is kept, and the next candidate's phases follow it.
+struct RestorePhase {
+  std::string name;
+  std::int64_t step = -1;  // -1 for find
+  double seconds = 0;
+};
+
+// What the last restore() did: the step, where it came from, every fallback with its reason, and
+// where its time went.
 struct RestoreReport {
   std::int64_t step = -1;
   std::string source;            // "memory" or "disk" ("" when nothing was restored)
@@ -91,6 +106,7 @@ struct RestoreReport {
   unsigned job_rebuilt_shards = 0;  // memory: shards rebuilt from parity in the whole job
   double seconds = 0;            // the whole restore() call
   std::vector<std::string> fallbacks;  // "memory tier step 40: rank 3: ...; falling back to ..."
+  std::vector<RestorePhase> phases;    // in the order they ran
 };
 
 // Free-form key/value pairs stored in a step's manifest (rank 0's are kept): loss, data epoch,
