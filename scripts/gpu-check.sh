@@ -17,7 +17,9 @@
 #   scripts/gpu-check.sh run [--call 1|2 | --steps LIST] [--out DIR] [--budget SECONDS] [knobs]
 #       On the GPU machine. Output in DIR (--out, else $OUT, else ./gpu-check-out):
 #       gpu-check-report.md and gpu-check-logs.tar.gz. Exit 0 only when every step passed.
-#     --call 1|2          the plan's calls' steps: 1 = all of them; 2 = ckpt
+#     --call 1|2          the plan's calls, each with its settings unless given: 1 = every step,
+#                         --sanitize memcheck:kernels,racecheck:kernels --ckpt-big 0 --budget 450;
+#                         2 = ckpt --keep --ckpt-big 8192 --ckpt-big-reps 3 --budget 270
 #     --steps LIST        any of tests,kernels,ncu,sanitizer,nccl,ckpt,trainer (default: all)
 #     --budget S          seconds for the whole command (default 450: call 1 of the plan, 50 s inside its timeout)
 #     --kernel-sizes L    kernels-bench and its peer (default 64M,256M,1G); --kernel-iters N (20)
@@ -60,13 +62,34 @@ want() { [[ ,$steps, == *,$1,* ]]; }
 check_sizes() { [[ $2 =~ ^[0-9]+[KMG]?(,[0-9]+[KMG]?)*$ ]] || die "$1 '$2' is not a list of sizes like 64M,256M,1G"; }
 check_int() { [[ $2 =~ ^[0-9]+$ ]] && (($2 >= $3 && $2 <= $4)) || die "$1 '$2' is not a whole number in $3..$4"; }
 
+# The plan's calls (docs/gpu-check.md): their steps and the settings that fit them into one lease,
+# each applied unless the command line gives that knob itself.
+call_preset() {
+  local -A given=()
+  local a
+  for a in "$@"; do [[ $a == --* ]] && given[$a]=1; done
+  case $call in
+    1) [[ -n ${given[--steps]:-} ]] || steps=$CALL1
+       [[ -n ${given[--sanitize]:-} ]] || sanitize=memcheck:kernels,racecheck:kernels
+       [[ -n ${given[--ckpt-big]:-} ]] || ckpt_big=0
+       [[ -n ${given[--budget]:-} ]] || budget=450 ;;
+    2) [[ -n ${given[--steps]:-} ]] || steps=$CALL2
+       keep=1
+       [[ -n ${given[--ckpt-big]:-} ]] || ckpt_big=8192
+       [[ -n ${given[--ckpt-big-reps]:-} ]] || ckpt_big_reps=3
+       [[ -n ${given[--budget]:-} ]] || budget=270 ;;
+  esac
+}
+
 parse_run() {
+  local args=("$@")
+  call=""
   while (($#)); do
     [[ $1 == --no-gpu || $1 == --keep || $1 == --dry-run || $# -ge 2 ]] || die "run: $1 needs a value"
     case $1 in
       --call)
-        case $2 in 1) steps=$CALL1 ;; 2) steps=$CALL2 ;; *) die "--call '$2': the plan has calls 1 and 2" ;; esac
-        shift 2 ;;
+        [[ $2 == 1 || $2 == 2 ]] || die "--call '$2': the plan has calls 1 and 2"
+        call=$2; shift 2 ;;
       --steps) steps=$2; shift 2 ;;
       --out) out=$2; shift 2 ;;
       --carry) carry=$2; shift 2 ;;
@@ -96,6 +119,7 @@ parse_run() {
       *) die "run: unknown argument '$1' (see the top of scripts/gpu-check.sh)" ;;
     esac
   done
+  call_preset "${args[@]}"
   local st e w
   for st in ${steps//,/ }; do [[ ,$ALL_STEPS, == *,$st,* ]] || die "--steps: '$st' is none of $ALL_STEPS"; done
   check_int --budget "$budget" 10 100000
@@ -139,7 +163,7 @@ run() {
   parse_run "$@"
   if ((dry_run)); then
     say "plan: steps ${steps//,/ }; budget $budget s; kernels $kernel_sizes x $kernel_iters; ncu $ncu_size; nccl to $nccl_max;" \
-      "ckpt $ckpt_sizes MiB (+$ckpt_big x $ckpt_big_reps where it fits); trainer $trainer_widths x $trainer_steps; sanitize $sanitize" \
+      "ckpt $ckpt_sizes MiB ($( ((ckpt_big)) && echo "+$ckpt_big x $ckpt_big_reps where it fits" || echo "no big one")); trainer $trainer_widths x $trainer_steps; sanitize $sanitize" \
       "(each at most $sanitize_cap s); out $out"
     return 0
   fi

@@ -20,9 +20,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// Whether every sharded tensor this job registers sits in the step exactly as it would be
-// loaded: same world size and every rank's chunk the one it saved. Then each rank reads its own
-// shard as it always did; otherwise the chunks are resharded. The same answer on every rank.
 // "find 0.002 s, check 0.001 s, read 0.700 s, install 0.109 s"; a phase of a step that failed
 // before `restored` names it: "read of step 50 0.310 s".
 std::string phases_text(const std::vector<RestorePhase>& phases, std::int64_t restored) {
@@ -33,6 +30,9 @@ std::string phases_text(const std::vector<RestorePhase>& phases, std::int64_t re
   return t;
 }
 
+// Whether every sharded tensor this job registers sits in the step exactly as it would be
+// loaded: same world size and every rank's chunk the one it saved. Then each rank reads its own
+// shard as it always did; otherwise the chunks are resharded. The same answer on every rank.
 bool same_layout(const format::Manifest& m, const std::vector<format::TensorRecord>& wanted, unsigned world) {
   if (m.world_size != world) return false;
   for (const auto& w : wanted) {
@@ -234,9 +234,9 @@ std::int64_t Manager::Impl::restore() {
     report.phases.push_back({name, step, std::chrono::duration<double>(now - last).count()});
     last = now;
   };
+  report = RestoreReport{};  // first: a call that throws leaves no phase of the one before
   join();
   ensure_tier();
-  report = RestoreReport{};
   refused_for_world_size.clear();
   // A restore may read into staging (verify_before_load): never through the mapping of a tier
   // file, which holds a copy restore may still need. Mapped again at the end.
@@ -272,10 +272,10 @@ std::int64_t Manager::Impl::restore() {
     report.step = static_cast<std::int64_t>(step);
     report.source = source;
     report.seconds = std::chrono::duration<double>(last - t0).count();
-    log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s: {}{})", step,
+    log(fmt::format("checkpoint: restored step {} from {} (rank {}, {:.3f} s: {}){}", step,
                     report.source == "memory" ? "the memory tier" : "the checkpoint directory", session.rank(), report.seconds,
                     phases_text(report.phases, report.step), report.source == "memory"
-                        ? fmt::format(": this rank read {} shard(s) from its node, {} copied from another node; the "
+                        ? fmt::format("; this rank read {} shard(s) from its node, {} copied from another node; the "
                                       "job copied {} shard(s), {} bytes, between nodes{}",
                                       report.local_copies, report.moved_copies, report.job_moved_copies,
                                       report.job_moved_bytes,

@@ -216,6 +216,17 @@ class PyManager final : public World::SessionUser {
     std::lock_guard lock(mutex_);
     refuse_collective_locked();
     if (pending_) finish_pending();
+    // The report last_restore reads, kept when the restore ends, returned or thrown.
+    struct KeepReport {
+      PyManager& m;
+      ~KeepReport() {
+        try {
+          std::lock_guard report_lock(m.report_mutex_);
+          m.last_report_ = m.manager_->last_restore();
+        } catch (...) {  // out of memory for the copy: the previous report stays
+        }
+      }
+    } keep{*this};
     std::int64_t step = manager_->restore();
     if (step >= 0) unstage_raw();
     return step;
@@ -223,14 +234,13 @@ class PyManager final : public World::SessionUser {
 
   ckpt::Metadata restored_metadata() const { return manager_->restored_metadata(); }
 
-  // The last restore()'s report as a dict (trainrt.checkpoint.Manager.last_restore); copied under
-  // the lock, without the GIL, so a restore running on another thread is never read half-written.
+  // The last restore()'s report as a dict (trainrt.checkpoint.Manager.last_restore): the copy
+  // restore() kept, under its own lock, so a wait() or restore() on another thread never blocks it.
   nb::dict last_restore() {
     ckpt::RestoreReport r;
     {
-      nb::gil_scoped_release release;
-      std::lock_guard lock(mutex_);
-      r = manager_->last_restore();
+      std::lock_guard report_lock(report_mutex_);
+      r = last_report_;
     }
     nb::list phases;
     for (const auto& p : r.phases) {
@@ -377,6 +387,8 @@ class PyManager final : public World::SessionUser {
   std::optional<std::shared_future<ckpt::SaveResult>> pending_;
   // save/wait/restore from two Python threads (the GIL is released in them) take turns.
   std::mutex mutex_;
+  std::mutex report_mutex_;         // last_report_ only; never held while waiting on anything
+  ckpt::RestoreReport last_report_;  // of the last restore(), for last_restore
 };
 
 nb::dict step_report(const ckpt::StepReport& s) {

@@ -386,7 +386,8 @@ class Manager:
         """What the last restore() did: step and source ("memory", "disk"; None when nothing was
         restored), seconds, fallbacks (why newer steps were passed over), the memory tier's copies,
         and phases: [{"phase", "step", "seconds"}] in order (find, memory tier, check, read,
-        fingerprint, install; docs/checkpoint.md "Restore"), adding up to seconds. The Python side's
+        fingerprint, install; docs/checkpoint.md "Restore"), adding up to seconds when a step was
+        restored. The Python side's
         own work after it (blobs, replicated DTensors) is not in it."""
         return self._native.last_restore
 

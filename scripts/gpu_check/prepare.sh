@@ -118,5 +118,5 @@ prepare() {
   total=$(travel_bytes "$carry")
   say "$(($(wc -l <"$manifest") - 1)) packages, nanobind $nb, nccl.h of NCCL ${nccl_versions// /, } in $carry ($((carry_bytes / 1024)) KiB); with the working tree $((total / 1024)) KiB of ${limit} MiB"
   ((total <= limit * 1024 * 1024)) || die "what would travel ($((total / 1024)) KiB) is over ${limit} MiB"
-  say "prepared. On the GPU machine: scripts/gpu-check.sh run --call 1, then --call 2 (carry: ${carry#"$repo"/}; docs/gpu-check.md)"
+  say "prepared. On the GPU machine: the two device-tool calls of docs/gpu-check.md \"The plan\", one right after the other (carry: ${carry#"$repo"/})"
 }

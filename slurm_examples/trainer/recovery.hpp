@@ -23,7 +23,8 @@ struct RecoveryTimes {
   std::string source;        // "memory", "disk" or "" (fresh start)
   unsigned moved_copies = 0;  // shards copied between nodes before the restore (a spare's come from buddies)
   std::string fallbacks;     // why a newer step or a faster tier was not used ("" when none)
-  // Rank 0's restore() by phase; restore_s less their sum is rank 0 waiting for the other ranks.
+  // Rank 0's restore() by phase; restore_s less their sum is the rest of start-up after init()
+  // (engine, manager, registration) and rank 0 waiting for the other ranks at the barrier.
   std::vector<trainrt::checkpoint::RestorePhase> restore_phases;
 };
 

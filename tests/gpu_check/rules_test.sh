@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check's timing and failure rules, without a GPU, on this Debian CPU machine:
 #  1. the plan: the device-tool calls read out of docs/gpu-check.md (not copied here) stay within
-#     the tool's limits (command <= 2,000 characters, <= 8 carry paths, timeout_s <= 600), their
+#     the tool's limits (command <= 2,000 characters, <= 8 carry paths, timeout_s <= 600, one
+#     15-minute lease: plan_check.py, whose rules gpu_check.plan_rules tests on their own), their
 #     gpu-check invocations are valid (--dry-run), together run every GPU step, and the working
 #     tree plus the carry `prepare` makes fit in 64 MiB;
 #  2. a target that fails to build (the --test-break-target hook) fails only the steps that need

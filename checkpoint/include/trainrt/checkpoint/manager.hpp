@@ -81,7 +81,8 @@ struct SaveResult {
 };
 
 // One part of a restore() call. Each begins where the one before it ended, so in order they add up
-// to RestoreReport::seconds. name: "find" (waiting for a save in flight, listing the directory and
+// to RestoreReport::seconds when a step was restored (when none was, seconds also holds the call's
+// end after the last candidate). name: "find" (waiting for a save in flight, listing the directory and
 // the memory tier, every rank's view exchanged), "memory tier" (a step from the tiers: copies
 // between nodes and parity included), "check" (the step's manifest and shard headers against what
 // this job registered), "read" (the shards read and their checksums verified; sharded state moved
