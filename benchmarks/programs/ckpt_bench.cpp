@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "restore_phases.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/checkpoint/memory_tier.hpp"
@@ -268,10 +269,12 @@ int main(int argc, char** argv) {
     can_drop = session->broadcast({&can_drop, 1}, 0).at(0);
     std::vector<char> reused(16 << 20);  // the read that keeps nothing: shown, not the floor
     double restore[2] = {0, 0}, plain_read[2] = {0, 0}, discarding_read = 0;
+    bench::RestorePhaseMedians restore_phases[2];  // rank 0's
     for (int cold = 0; cold <= (can_drop ? 1 : 0); ++cold) {
       std::vector<double> a, b, c;
       for (int r = 0; r < 5; ++r) {
         a.push_back(timed(cold, [&] { mgr.restore(); }));
+        restore_phases[cold].add(mgr.last_restore());
         b.push_back(timed(cold, [&] { read_file_seconds(shard, destination); }));
         if (!cold) c.push_back(timed(false, [&] { read_file_seconds(shard, reused, true); }));
       }
@@ -303,6 +306,9 @@ int main(int argc, char** argv) {
         fmt::print("{:>5} MiB/rank  restore {:7.1f} ms  plain read {:7.1f} ms  ratio {:5.2f}x of read speed, {} (goal >= 0.8x)\n",
                    mib, restore[cold] * 1e3, plain_read[cold] * 1e3, plain_read[cold] / restore[cold],
                    cold ? "cold page cache" : "warm page cache");
+      for (int cold = 0; cold <= (can_drop ? 1 : 0); ++cold)
+        fmt::print("{:>5} MiB/rank  restore by phase, rank 0, {} page cache [median of 5]: {}\n", mib, cold ? "cold" : "warm",
+                   restore_phases[cold].text());
       fmt::print("{:>5} MiB/rank  (a read into a reused 16 MiB buffer, keeping nothing: {:.1f} ms)\n", mib, discarding_read * 1e3);
       if (!can_drop) fmt::print("{:>5} MiB/rank  restore from a cold page cache: not measured (needs root)\n", mib);
       // For benchmarks/checkpoint_vs_torch.sh.

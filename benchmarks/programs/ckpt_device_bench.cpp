@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/gpu_presence.hpp"
+#include "restore_phases.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 #include "trainrt/error.hpp"
@@ -317,7 +318,7 @@ bool run_size(const Args& a, const std::string& work, std::size_t mib, bootstrap
     worst_resident = std::max(worst_resident, resident_fraction(shard));
   };
   std::vector<double> restore_s, plain_s, read_s, h2d_s;
-  std::vector<std::pair<std::string, std::vector<double>>> phase_s;  // restore()'s own phases, in order
+  bench::RestorePhaseMedians phases;  // restore()'s own
   unsigned checked = 0;
   for (unsigned r = 0; r < reps; ++r) {
     ck(cudaMemset(dev.get(), 0xa5, bytes), "cudaMemset (poison)");
@@ -326,11 +327,7 @@ bool run_size(const Args& a, const std::string& work, std::size_t mib, bootstrap
     auto t = Clock::now();
     const std::int64_t got = mgr.restore();
     restore_s.push_back(since(t));
-    for (const auto& p : mgr.last_restore().phases) {
-      auto it = std::find_if(phase_s.begin(), phase_s.end(), [&](const auto& q) { return q.first == p.name; });
-      if (it == phase_s.end()) it = phase_s.insert(phase_s.end(), {p.name, {}});
-      it->second.push_back(p.seconds);
-    }
+    phases.add(mgr.last_restore());
     if (got != static_cast<std::int64_t>(step)) {
       fmt::print("FAIL: {} MiB: restore() returned step {}, saved {}\n", mib, got, step);
       ++wrong;
@@ -368,9 +365,7 @@ bool run_size(const Args& a, const std::string& work, std::size_t mib, bootstrap
              "ratio {:.3f}x of its speed (goal >= 0.8x) [median of {}]\n",
              mib, rs * 1e3, gb / rs, pl * 1e3, median(read_s) * 1e3, median(h2d_s) * 1e3, pl / rs, reps);
   // Where the restore's time goes (read: the shard read and its checksums; install: the H2D copies).
-  std::string phases;
-  for (const auto& [name, v] : phase_s) phases += fmt::format("{}{} {:.1f} ms", phases.empty() ? "" : ", ", name, median(v) * 1e3);
-  fmt::print("{:>5} MiB  restore() by phase [median of {}]: {}\n", mib, reps, phases);
+  fmt::print("{:>5} MiB  restore() by phase [median of {}]: {}\n", mib, reps, phases.text());
   fmt::print("{:>5} MiB  page cache before each timed read: dropped by {}; at most {:.1f}% of the shard still cached (mincore)"
              " -> {}\n",
              mib, method, worst_resident * 100, worst_resident < 0.05 ? "cold for both" : "partly WARM for both");
