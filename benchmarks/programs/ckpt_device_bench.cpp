@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/gpu_presence.hpp"
+#include "median.hpp"
 #include "restore_phases.hpp"
 #include "trainrt/bootstrap/session.hpp"
 #include "trainrt/checkpoint/manager.hpp"
@@ -48,6 +49,7 @@
 #include "trainrt/fd.hpp"
 
 using namespace trainrt;
+using bench::median;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -60,14 +62,6 @@ void ck(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorName(rc), cudaGetErrorString(rc)), "cuda");
 }
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-// The middle value, or the mean of the two middle ones (as Python's statistics.median, which the
-// PyTorch peer uses: with 2 repeats both sides then report the same statistic).
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 class DeviceBlock {
  public:

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "median.hpp"
 #include "trainrt/checkpoint/manager.hpp"
 
 namespace trainrt::bench {
@@ -26,11 +27,7 @@ class RestorePhaseMedians {
   // "find 0.4 ms, check 0.2 ms, read 612.0 ms, install 0.1 ms", in the order the phases first ran.
   std::string text() const {
     std::string t;
-    for (auto [name, v] : by_name_) {
-      std::sort(v.begin(), v.end());
-      const double m = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-      t += fmt::format("{}{} {:.1f} ms", t.empty() ? "" : ", ", name, m * 1e3);
-    }
+    for (const auto& [name, v] : by_name_) t += fmt::format("{}{} {:.1f} ms", t.empty() ? "" : ", ", name, median(v) * 1e3);
     return t;
   }
 
